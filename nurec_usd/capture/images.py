@@ -1,0 +1,54 @@
+"""Image and mask files: decoding, and reading just the size from the header."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+
+
+def image_size(path: Path) -> tuple[int, int]:
+    """(width, height) from the file header, without decoding the pixels.
+
+    Raises ``ValueError`` when the file is not a readable image.
+    """
+    try:
+        with Image.open(path) as im:
+            return im.size
+    except (UnidentifiedImageError, OSError) as exc:
+        raise ValueError(f"not a readable image ({exc})") from None
+
+
+def read_rgb(path: Path) -> np.ndarray:
+    """Decode an image as RGB. Returns uint8 ``[H, W, 3]``; ``ValueError`` when it cannot be decoded."""
+    try:
+        with Image.open(path) as im:
+            return np.asarray(im.convert("RGB"))
+    except (UnidentifiedImageError, OSError) as exc:
+        raise ValueError(f"{path}: cannot decode image ({exc})") from None
+
+
+def read_mask(path: Path) -> np.ndarray:
+    """Decode a mask. Returns bool ``[H, W]``: True (non-zero) where a pixel is to be used."""
+    try:
+        with Image.open(path) as im:
+            return np.asarray(im.convert("L")) > 0
+    except (UnidentifiedImageError, OSError) as exc:
+        raise ValueError(f"{path}: cannot decode mask ({exc})") from None
+
+
+def write_image(path: Path, pixels: np.ndarray, quality: int = 95) -> None:
+    """Encode ``pixels`` (uint8 ``[H, W, 3]`` or ``[H, W]``) as PNG or JPEG by the path's suffix."""
+    if pixels.dtype != np.uint8:
+        raise ValueError(f"{path}: images are written from uint8 arrays, got {pixels.dtype}")
+    im = Image.fromarray(pixels)
+    suffix = path.suffix.lower()
+    if suffix == ".png":
+        im.save(path, format="PNG", optimize=False)
+    elif suffix in (".jpg", ".jpeg"):
+        im.save(path, format="JPEG", quality=quality)
+    else:
+        raise ValueError(f"{path}: unknown image suffix (expected one of {IMAGE_SUFFIXES})")

@@ -1,0 +1,345 @@
+"""Loading a native capture directory into a ``Capture``, validating everything on the way.
+
+``load_capture`` checks the manifest against the schema, then the meaning of every field
+(monotonic timestamps, rigid poses, files present and of the right size, data inside the
+pose time range, ...) and raises one ``CaptureError`` listing every problem found.
+``validate_capture`` does the same plus the expensive checks (decode every image, read
+every sweep) and returns the problems instead of raising.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from nurec_usd.capture.errors import CaptureError, Problem
+from nurec_usd.capture.images import IMAGE_SUFFIXES, image_size, read_mask, read_rgb
+from nurec_usd.capture.manifest import MANIFEST_NAME, find_manifest, read_manifest, schema_problems
+from nurec_usd.capture.model import (
+    Camera,
+    CameraFrame,
+    Capture,
+    Lidar,
+    LidarSweepFile,
+    RigTrajectory,
+    RollingShutter,
+    Track,
+)
+from nurec_usd.capture.paths import resolve_inside
+from nurec_usd.capture.sweep_io import SWEEP_SUFFIXES, SweepFormatError, read_nrl_header, read_sweep
+
+# Rotations written as float32 and printed to JSON are orthonormal to ~1e-7; anything
+# beyond this is a wrong matrix, not rounding. Accepted ones are re-orthonormalised.
+ROTATION_TOLERANCE = 1e-4
+
+
+class _Problems:
+    """Collects problems while the loader walks the manifest."""
+
+    def __init__(self) -> None:
+        self.items: list[Problem] = []
+
+    def manifest(self, field: str, message: str) -> None:
+        self.items.append(Problem(MANIFEST_NAME, field, message))
+
+    def file(self, file: str, field: str, message: str) -> None:
+        self.items.append(Problem(file, field, message))
+
+
+def load_capture(path: str | Path, *, check_image_sizes: bool = True) -> Capture:
+    """Load and validate a capture directory (or its ``capture.json``).
+
+    Images and sweeps stay on disk (decoded on demand); their existence, image sizes
+    (from the file headers) and sweep headers are checked here.
+
+    Raises:
+        CaptureError: listing every problem found, each naming its file and field.
+    """
+    root, manifest_path = find_manifest(Path(path))
+    manifest = read_manifest(manifest_path)
+    problems = schema_problems(manifest)
+    if problems:  # the structure is wrong: meaning checks would only add noise
+        raise CaptureError(problems, str(root))
+    found = _Problems()
+    capture = _build(root, manifest, found, check_image_sizes)
+    if found.items:
+        raise CaptureError(found.items, str(root))
+    return capture
+
+
+def validate_capture(path: str | Path, *, deep: bool = True, workers: int = 8,
+                     progress: Callable[[Iterable, int], Iterable] | None = None) -> list[Problem]:
+    """Every problem of a capture; an empty list when it is clean.
+
+    With ``deep`` every image and mask is decoded and every sweep read (finite points,
+    channels in range, point times inside the rig's time range). ``progress`` wraps the
+    iterator of deep checks (e.g. ``lambda it, n: tqdm(it, total=n)``).
+    """
+    try:
+        capture = load_capture(path)
+    except CaptureError as err:
+        return err.problems
+    if not deep:
+        return []
+    jobs: list[Callable[[], list[Problem]]] = []
+    for cam in capture.cameras.values():
+        for frame in cam.frames:
+            jobs.append(lambda cam=cam, frame=frame: _deep_check_frame(capture, cam, frame))
+    for lidar in capture.lidars.values():
+        for i in range(len(lidar.sweeps)):
+            jobs.append(lambda lidar=lidar, i=i: _deep_check_sweep(capture, lidar, i))
+    problems: list[Problem] = []
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        results: Iterable[list[Problem]] = pool.map(lambda job: job(), jobs)
+        if progress is not None:
+            results = progress(results, len(jobs))
+        for found in results:
+            problems.extend(found)
+    return problems
+
+
+# --------------------------------------------------------------------------------------
+# Building the dataclasses, checking each field's meaning
+
+
+def _build(root: Path, m: dict[str, Any], found: _Problems, check_image_sizes: bool) -> Capture:
+    rig_ts = _timestamps(m["rig"]["timestamps_us"], "rig.timestamps_us", found)
+    rig_T = _poses(m["rig"]["T_world_rig"], "rig.T_world_rig", found)
+    if len(rig_T) != len(rig_ts):
+        found.manifest("rig.T_world_rig", f"{len(rig_T)} poses for {len(rig_ts)} timestamps")
+    t_first, t_last = int(rig_ts[0]), int(rig_ts[-1])
+
+    def check_time(t: int, field: str, end: int | None = None) -> None:
+        last = t if end is None else end
+        if t < t_first or last > t_last:
+            span = f"{t}" if end is None else f"{t}..{end}"
+            found.manifest(field, f"time {span} us lies outside the rig poses' range {t_first}..{t_last} us")
+
+    seen_ids: dict[str, str] = {}
+
+    def check_id(sensor_id: str, field: str) -> None:
+        if sensor_id in seen_ids:
+            found.manifest(field, f"id {sensor_id!r} is used twice (also at {seen_ids[sensor_id]})")
+        seen_ids.setdefault(sensor_id, field)
+
+    cameras: dict[str, Camera] = {}
+    for ci, c in enumerate(m["cameras"]):
+        base = f"cameras[{ci}]"
+        check_id(c["id"], f"{base}.id")
+        T = _poses([c["T_rig_camera"]], f"{base}.T_rig_camera", found, single=True)
+        rs = RollingShutter(c["rolling_shutter"]["direction"], int(c["rolling_shutter"]["readout_time_us"]))
+        if rs.direction == "global" and rs.readout_time_us != 0:
+            found.manifest(f"{base}.rolling_shutter.readout_time_us", "a global shutter has readout time 0")
+        _check_intrinsics(c, base, found)
+        _timestamps([f["timestamp_us"] for f in c["frames"]], f"{base}.frames[*].timestamp_us", found, allow_empty=True)
+        frames = []
+        for fi, f in enumerate(c["frames"]):
+            fb = f"{base}.frames[{fi}]"
+            check_time(f["timestamp_us"], f"{fb}.timestamp_us", f["timestamp_us"] + rs.readout_time_us)
+            image = _file(root, f["image"], f"{fb}.image", IMAGE_SUFFIXES, found)
+            mask = _file(root, f["mask"], f"{fb}.mask", (".png",), found) if "mask" in f else None
+            if check_image_sizes:
+                for p, rel, field in ((image, f["image"], "image"), (mask, f.get("mask"), "mask")):
+                    if p is not None:
+                        _check_image_size(p, rel, f"{fb}.{field}", c["width"], c["height"], found)
+            frames.append(CameraFrame(int(f["timestamp_us"]), image or root / f["image"],
+                                      mask or (root / f["mask"] if "mask" in f else None)))
+        cameras[c["id"]] = Camera(c["id"], c["model"], int(c["width"]), int(c["height"]), dict(c["intrinsics"]),
+                                  T[0], rs, tuple(frames))
+
+    lidars: dict[str, Lidar] = {}
+    for li, spec in enumerate(m["lidars"]):
+        base = f"lidars[{li}]"
+        check_id(spec["id"], f"{base}.id")
+        T = _poses([spec["T_rig_lidar"]], f"{base}.T_rig_lidar", found, single=True)
+        elevation = np.asarray(spec["elevation_deg"], dtype=np.float64)
+        offsets = np.asarray(spec.get("azimuth_offset_deg", [0.0] * len(elevation)), dtype=np.float64)
+        if offsets.shape != elevation.shape:
+            found.manifest(f"{base}.azimuth_offset_deg",
+                           f"{len(offsets)} offsets for {len(elevation)} channels (elevation_deg)")
+        for name, values in (("elevation_deg", elevation), ("azimuth_offset_deg", offsets)):
+            if not np.all(np.isfinite(values)):
+                found.manifest(f"{base}.{name}", "contains non-finite values")
+        if not spec["min_range_m"] < spec["max_range_m"]:
+            found.manifest(f"{base}.min_range_m",
+                           f"min_range_m {spec['min_range_m']} must be below max_range_m {spec['max_range_m']}")
+        _timestamps([s["timestamp_us"] for s in spec["sweeps"]], f"{base}.sweeps[*].timestamp_us", found, allow_empty=True)
+        sweeps = []
+        for si, s in enumerate(spec["sweeps"]):
+            sb = f"{base}.sweeps[{si}]"
+            check_time(s["timestamp_us"], f"{sb}.timestamp_us")
+            p = _file(root, s["file"], f"{sb}.file", SWEEP_SUFFIXES, found)
+            if p is not None and p.suffix.lower() == ".nrl":
+                _check_nrl_header(p, s["file"], s["timestamp_us"], found)
+            sweeps.append(LidarSweepFile(int(s["timestamp_us"]), p or root / s["file"]))
+        lidars[spec["id"]] = Lidar(
+            id=spec["id"], T_rig_lidar=T[0], elevation_deg=elevation,
+            azimuth_offset_deg=offsets if offsets.shape == elevation.shape else np.zeros_like(elevation),
+            columns=int(spec["columns"]), rotation=spec["rotation"], scan_rate_hz=float(spec["scan_rate_hz"]),
+            start_azimuth_deg=float(spec.get("start_azimuth_deg", 0.0)),
+            min_range_m=float(spec["min_range_m"]), max_range_m=float(spec["max_range_m"]), sweeps=tuple(sweeps))
+
+    tracks: dict[str, Track] = {}
+    for ti, t in enumerate(m["tracks"]):
+        base = f"tracks[{ti}]"
+        if t["id"] in tracks:
+            found.manifest(f"{base}.id", f"track id {t['id']!r} is used twice")
+        size = np.asarray(t["size_m"], dtype=np.float64)
+        if not (np.all(np.isfinite(size)) and np.all(size > 0)):
+            found.manifest(f"{base}.size_m", f"box size must be positive and finite, got {t['size_m']}")
+        ts = _timestamps(t["timestamps_us"], f"{base}.timestamps_us", found)
+        poses = _poses(t["T_world_box"], f"{base}.T_world_box", found)
+        if len(poses) != len(ts):
+            found.manifest(f"{base}.T_world_box", f"{len(poses)} poses for {len(ts)} timestamps")
+        tracks[t["id"]] = Track(t["id"], t["class"], size, ts, poses)
+
+    # Re-centre the world on the first rig position (float32 precision downstream).
+    offset = rig_T[0, :3, 3].copy() if len(rig_T) else np.zeros(3)
+    rig_T[:, :3, 3] -= offset
+    for track in tracks.values():
+        track.T_world_box[:, :3, 3] -= offset
+    return Capture(root=root, name=m.get("name", root.name), rig=RigTrajectory(rig_ts, rig_T),
+                   cameras=cameras, lidars=lidars, tracks=tracks, world_offset_m=offset,
+                   metadata=dict(m.get("metadata", {})))
+
+
+def _timestamps(values: list[int], field: str, found: _Problems, allow_empty: bool = False) -> np.ndarray:
+    ts = np.asarray(values, dtype=np.int64)
+    if len(ts) == 0 and not allow_empty:
+        found.manifest(field, "needs at least one timestamp")
+    bad = np.nonzero(np.diff(ts) <= 0)[0]
+    if len(bad):
+        i = int(bad[0]) + 1
+        field_i = field.replace("[*]", f"[{i}]") if "[*]" in field else f"{field}[{i}]"
+        more = f" (and {len(bad) - 1} more places)" if len(bad) > 1 else ""
+        found.manifest(field_i, f"timestamps must strictly increase: {ts[i]} follows {ts[i - 1]}{more}")
+    return ts
+
+
+def _poses(values: list, field: str, found: _Problems, single: bool = False) -> np.ndarray:
+    """[K, 4, 4] float64, each checked to be a finite rigid transform and re-orthonormalised."""
+    T = np.asarray(values, dtype=np.float64).reshape(-1, 4, 4).copy()
+    for k in range(len(T)):
+        where = field if single else f"{field}[{k}]"
+        message = rigid_transform_problem(T[k])
+        if message:
+            found.manifest(where, message)
+        else:
+            u, _, vt = np.linalg.svd(T[k, :3, :3])
+            T[k, :3, :3] = u @ vt
+    return T
+
+
+def rigid_transform_problem(T: np.ndarray) -> str | None:
+    """Why a 4x4 matrix is not a finite rigid transform, or None when it is one."""
+    if not np.all(np.isfinite(T)):
+        return "pose has non-finite values (NaN or infinity)"
+    if not np.allclose(T[3], [0.0, 0.0, 0.0, 1.0], atol=1e-9):
+        return f"the last row must be [0, 0, 0, 1], got {T[3].tolist()}"
+    R = T[:3, :3]
+    err = float(np.abs(R.T @ R - np.eye(3)).max())
+    if err > ROTATION_TOLERANCE:
+        return f"rotation is not orthonormal (max |R^T R - I| = {err:.3g})"
+    det = float(np.linalg.det(R))
+    if det < 0:
+        return f"rotation is a reflection (det = {det:.3g}); poses must be right-handed"
+    return None
+
+
+def _check_intrinsics(c: dict[str, Any], base: str, found: _Problems) -> None:
+    intr = c["intrinsics"]
+    for key, value in intr.items():
+        values = value if isinstance(value, list) else [value]
+        if not all(np.isfinite(v) for v in values):
+            found.manifest(f"{base}.intrinsics.{key}", "must be finite")
+    if c["model"] == "ftheta":
+        coeffs = intr["angle_to_pixel"]
+        if len(coeffs) < 2 or not coeffs[1] > 0:
+            found.manifest(f"{base}.intrinsics.angle_to_pixel",
+                           "the linear coefficient c1 (pixels per radian) must be positive")
+
+
+def _file(root: Path, rel: str, field: str, suffixes: tuple[str, ...], found: _Problems) -> Path | None:
+    try:
+        path = resolve_inside(root, rel)
+    except ValueError as exc:
+        found.manifest(field, str(exc))
+        return None
+    if not path.is_file():
+        found.manifest(field, f"file {rel} does not exist")
+        return None
+    if path.suffix.lower() not in suffixes:
+        found.manifest(field, f"file {rel} has suffix {path.suffix!r}; expected one of {', '.join(suffixes)}")
+        return None
+    return path
+
+
+def _check_image_size(path: Path, rel: str, field: str, width: int, height: int, found: _Problems) -> None:
+    try:
+        w, h = image_size(path)
+    except ValueError as exc:
+        found.file(rel, "", str(exc))
+        return
+    if (w, h) != (width, height):
+        found.manifest(field, f"{rel} is {w}x{h} pixels; the camera's width x height is {width}x{height}")
+
+
+def _check_nrl_header(path: Path, rel: str, timestamp_us: int, found: _Problems) -> None:
+    try:
+        _, base = read_nrl_header(path)
+    except SweepFormatError as exc:
+        found.file(rel, exc.field, str(exc))
+        return
+    if base != timestamp_us:
+        found.file(rel, "header.base_timestamp_us",
+                   f"{base} differs from the manifest's sweep timestamp {timestamp_us}")
+
+
+# --------------------------------------------------------------------------------------
+# Deep checks (validate_capture)
+
+
+def _rel(capture: Capture, path: Path) -> str:
+    try:
+        return path.relative_to(capture.root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _deep_check_frame(capture: Capture, cam: Camera, frame: CameraFrame) -> list[Problem]:
+    problems = []
+    for path, reader in ((frame.image_path, read_rgb), (frame.mask_path, read_mask)):
+        if path is None:
+            continue
+        try:
+            reader(path)
+        except ValueError as exc:
+            problems.append(Problem(_rel(capture, path), "", str(exc).split(": ", 1)[-1]))
+    return problems
+
+
+def _deep_check_sweep(capture: Capture, lidar: Lidar, index: int) -> list[Problem]:
+    rel = _rel(capture, lidar.sweeps[index].path)
+    try:
+        sweep = lidar.load_sweep(index)
+    except SweepFormatError as exc:
+        return [Problem(rel, exc.field, str(exc))]
+    except (OSError, ValueError, RuntimeError) as exc:
+        return [Problem(rel, "", f"cannot read the sweep ({exc})")]
+    problems = []
+    if not np.all(np.isfinite(sweep.points)):
+        problems.append(Problem(rel, "xyz", "points have non-finite coordinates"))
+    if not np.all(np.isfinite(sweep.intensity)):
+        problems.append(Problem(rel, "intensity", "non-finite intensity values"))
+    if len(sweep) and (sweep.channel.min() < 0 or sweep.channel.max() >= lidar.channels):
+        problems.append(Problem(rel, "channel", f"channel indices must lie in [0, {lidar.channels - 1}], "
+                                                f"found {int(sweep.channel.min())}..{int(sweep.channel.max())}"))
+    if len(sweep):
+        lo, hi = int(sweep.timestamps_us.min()), int(sweep.timestamps_us.max())
+        if lo < capture.start_us or hi > capture.end_us:
+            problems.append(Problem(rel, "time_offset_us", f"point times {lo}..{hi} us lie outside the rig poses' "
+                                                           f"range {capture.start_us}..{capture.end_us} us"))
+    return problems

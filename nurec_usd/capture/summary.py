@@ -1,0 +1,117 @@
+"""A readable summary of a capture (what ``inspect`` prints), and the same as a dict."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from nurec_usd.capture.model import Camera, Capture, Lidar
+
+
+def _rate_hz(timestamps_us: np.ndarray) -> float | None:
+    if len(timestamps_us) < 2:
+        return None
+    return 1e6 / float(np.median(np.diff(timestamps_us)))
+
+
+def _shutter(cam: Camera) -> str:
+    rs = cam.rolling_shutter
+    if rs.direction == "global":
+        return "global shutter"
+    return f"rolling {rs.direction.replace('_', '-')} {rs.readout_time_us / 1000:.1f} ms"
+
+
+def _focal(cam: Camera) -> str:
+    i = cam.intrinsics
+    if cam.model == "ftheta":
+        return f"{i['max_fov_deg']:.0f} deg fov"
+    if cam.model == "opencv_fisheye":
+        return f"fx {i['fx']:.1f}"
+    # Ignores distortion: a size hint, not a calibration figure.
+    fov = 2 * np.degrees(np.arctan(cam.width / (2 * i["fx"])))
+    return f"fx {i['fx']:.1f} (~{fov:.0f} deg hfov)"
+
+
+def capture_summary(capture: Capture) -> dict[str, Any]:
+    """The facts ``inspect`` shows, as plain JSON-able values."""
+    rig_rate = _rate_hz(capture.rig.timestamps_us)
+    steps = np.diff(capture.rig.T_world_rig[:, :3, 3], axis=0)
+    return {
+        "name": capture.name,
+        "root": str(capture.root),
+        "start_us": capture.start_us,
+        "end_us": capture.end_us,
+        "duration_s": capture.duration_s,
+        "rig_poses": len(capture.rig.timestamps_us),
+        "rig_rate_hz": rig_rate,
+        "ego_path_m": float(np.linalg.norm(steps, axis=1).sum()),
+        "world_offset_m": capture.world_offset_m.tolist(),
+        "cameras": [{
+            "id": c.id, "model": c.model, "width": c.width, "height": c.height,
+            "shutter": c.rolling_shutter.direction, "readout_time_us": c.rolling_shutter.readout_time_us,
+            "frames": len(c.frames), "rate_hz": _rate_hz(c.timestamps_us),
+            "masks": sum(f.mask_path is not None for f in c.frames),
+        } for c in capture.cameras.values()],
+        "lidars": [{
+            "id": lidar.id, "model": "spinning", "channels": lidar.channels, "columns": lidar.columns,
+            "scan_rate_hz": lidar.scan_rate_hz, "rotation": lidar.rotation,
+            "elevation_deg": [float(lidar.elevation_deg.min()), float(lidar.elevation_deg.max())],
+            "range_m": [lidar.min_range_m, lidar.max_range_m], "sweeps": len(lidar.sweeps),
+            "sweep_formats": sorted({s.path.suffix.lower().lstrip(".") for s in lidar.sweeps}),
+        } for lidar in capture.lidars.values()],
+        "tracks": [{
+            "id": t.id, "class": t.label, "size_m": t.size_m.tolist(), "poses": len(t.timestamps_us),
+            "start_us": int(t.timestamps_us[0]), "end_us": int(t.timestamps_us[-1]),
+            "path_m": float(np.linalg.norm(np.diff(t.T_world_box[:, :3, 3], axis=0), axis=1).sum()),
+        } for t in capture.tracks.values()],
+        "tracks_by_class": dict(sorted(Counter(t.label for t in capture.tracks.values()).items())),
+        "metadata": capture.metadata,
+    }
+
+
+def _lidar_line(lidar: Lidar) -> str:
+    lo, hi = lidar.elevation_deg.min(), lidar.elevation_deg.max()
+    rot = "cw" if lidar.rotation == "clockwise" else "ccw"
+    return (f"spinning {lidar.channels} ch x {lidar.columns} col, {lidar.scan_rate_hz:g} Hz {rot}, "
+            f"elevation {lo:+.1f}..{hi:+.1f} deg, range {lidar.min_range_m:g}..{lidar.max_range_m:g} m")
+
+
+def format_summary(capture: Capture) -> str:
+    """The multi-line text ``inspect`` prints."""
+    s = capture_summary(capture)
+    rate = f" ({s['rig_rate_hz']:.1f} Hz)" if s["rig_rate_hz"] else ""
+    lines = [
+        f"capture   {s['name']}   ({s['root']})",
+        f"time      {s['duration_s']:.2f} s, from {s['start_us']} to {s['end_us']} us",
+        f"rig       {s['rig_poses']} poses{rate}, ego path {s['ego_path_m']:.1f} m",
+    ]
+    if np.any(capture.world_offset_m != 0):
+        x, y, z = capture.world_offset_m
+        lines.append(f"world     re-centred on the first rig pose (offset {x:.3f}, {y:.3f}, {z:.3f} m)")
+
+    lines.append(f"cameras   {len(capture.cameras)}")
+    w = max([len(c) for c in capture.cameras] + [2])
+    for cam, info in zip(capture.cameras.values(), s["cameras"]):
+        hz = f"{info['rate_hz']:.1f} Hz" if info["rate_hz"] else "-"
+        masks = f", {info['masks']} masks" if info["masks"] else ""
+        lines.append(f"  {cam.id:<{w}}  {cam.model:<14} {cam.width}x{cam.height}  {_focal(cam)}, {_shutter(cam)}, "
+                     f"{info['frames']} frames at {hz}{masks}")
+
+    lines.append(f"lidars    {len(capture.lidars)}")
+    w = max([len(k) for k in capture.lidars] + [2])
+    for lidar, info in zip(capture.lidars.values(), s["lidars"]):
+        fmt = "/".join(info["sweep_formats"]) or "-"
+        lines.append(f"  {lidar.id:<{w}}  {_lidar_line(lidar)}, {info['sweeps']} sweeps ({fmt})")
+
+    by_class = ", ".join(f"{n} {c}" for c, n in s["tracks_by_class"].items())
+    lines.append(f"tracks    {len(capture.tracks)}" + (f": {by_class}" if by_class else ""))
+    w = max([len(k) for k in capture.tracks] + [2])
+    for t in s["tracks"]:
+        span = (t["end_us"] - t["start_us"]) * 1e-6
+        size = "x".join(f"{v:.1f}" for v in t["size_m"])
+        start = (t["start_us"] - s["start_us"]) * 1e-6
+        lines.append(f"  {t['id']:<{w}}  {t['class']:<12} {size} m, {t['poses']} poses over {span:.2f} s "
+                     f"from t={start:+.2f} s, moves {t['path_m']:.1f} m")
+    return "\n".join(lines)

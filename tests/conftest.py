@@ -1,0 +1,39 @@
+"""Shared fixtures: the analytic hand-made capture, written once per test session."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def handmade_capture(tmp_path_factory) -> Path:
+    """A valid capture directory (every camera model, a lidar, two tracks). Do not modify it."""
+    from nurec_usd.capture.handmade import write_handmade_capture
+
+    return write_handmade_capture(tmp_path_factory.mktemp("handmade") / "capture")
+
+
+@pytest.fixture
+def capture_copy(handmade_capture, tmp_path) -> Path:
+    """A private copy of the hand-made capture that a test may break."""
+    dst = tmp_path / "capture"
+    shutil.copytree(handmade_capture, dst)
+    return dst
+
+
+def shared_data_dir() -> Path | None:
+    """The real third-party test data (``../shared/data`` or ``$NUREC_USD_TEST_DATA``), or None."""
+    import os
+
+    env = os.environ.get("NUREC_USD_TEST_DATA")
+    candidates = [Path(env)] if env else []
+    candidates.append(REPO.parent / "shared" / "data")
+    for c in candidates:
+        if c.is_dir():
+            return c
+    return None
