@@ -1,0 +1,320 @@
+"""Camera rendering of 3D Gaussians: the torch-facing API over the Warp camera kernels.
+
+``render_cameras`` projects (``warp_kernels.camera_project``), bins and sorts
+(``warp_kernels.tile_binning`` + Warp's radix sort) and composites
+(``warp_kernels.camera_raster``) a batch of cameras of one resolution in one pass, and is
+differentiable: the rasterizer's backward is hand-written, the projection's is Warp's
+generated adjoint. ``nurec_usd.render.reference.render_cameras_reference`` is its slow
+pure-torch twin.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import warp as wp
+
+from nurec_usd.render.warp_torch import launch_stream, to_wp
+from nurec_usd.sensors.se3 import matrix_to_quat
+from warp_kernels import camera_project as kproj
+from warp_kernels import camera_raster as kraster
+from warp_kernels import tile_binning as kbin
+
+SHUTTERS = {
+    "global": kproj.SHUTTER_GLOBAL,
+    "top_to_bottom": kproj.SHUTTER_TOP_TO_BOTTOM,
+    "bottom_to_top": kproj.SHUTTER_BOTTOM_TO_TOP,
+    "left_to_right": kproj.SHUTTER_LEFT_TO_RIGHT,
+    "right_to_left": kproj.SHUTTER_RIGHT_TO_LEFT,
+}
+MODELS = {
+    "pinhole": kproj.MODEL_PINHOLE,
+    "opencv": kproj.MODEL_OPENCV,
+    "opencv_fisheye": kproj.MODEL_OPENCV_FISHEYE,
+    "ftheta": kproj.MODEL_FTHETA,
+}
+
+
+@dataclass
+class CameraBatch:
+    """C cameras of one resolution, laid out as the projection kernel reads them.
+
+    Poses are ``T_camera_world`` at the start and at the end of each camera's
+    rolling-shutter readout (the same for a global shutter).
+    """
+
+    model: torch.Tensor  # [C] int32, MODELS
+    params: torch.Tensor  # [C, 16], warp_kernels.camera_project.CAMERA_PARAM_LAYOUT
+    rot_start: torch.Tensor  # [C, 4] (w, x, y, z)
+    trans_start: torch.Tensor  # [C, 3]
+    rot_end: torch.Tensor  # [C, 4] (w, x, y, z), same hemisphere as rot_start
+    trans_end: torch.Tensor  # [C, 3]
+    shutter: torch.Tensor  # [C] int32, SHUTTERS
+    width: int
+    height: int
+
+    def __len__(self) -> int:
+        return int(self.model.shape[0])
+
+    @classmethod
+    def create(cls, models: list[str], params: list[dict], width: int, height: int,
+               T_camera_world_start: torch.Tensor,  # [C, 4, 4]
+               T_camera_world_end: torch.Tensor | None = None,  # [C, 4, 4]; None: global shutters
+               shutters: list[str] | None = None) -> "CameraBatch":
+        """From camera models and parameters by name (as in a capture's manifest)."""
+        from nurec_usd.sensors.cameras import camera_model
+
+        c = len(models)
+        device, dtype = T_camera_world_start.device, T_camera_world_start.dtype
+        if len(params) != c or T_camera_world_start.shape != (c, 4, 4):
+            raise ValueError(f"models ({c}), params ({len(params)}) and T_camera_world_start "
+                             f"{tuple(T_camera_world_start.shape)} disagree")
+        shutters = shutters or ["global"] * c
+        table = torch.zeros(c, 16, dtype=torch.float64)
+        for k, (name, p) in enumerate(zip(models, params)):
+            if name not in MODELS:
+                raise ValueError(f"camera {k}: unknown model {name!r}; known: {sorted(MODELS)}")
+            layout = kproj.CAMERA_PARAM_LAYOUT[name]
+            values = dict(p)
+            if name == "ftheta":
+                coeffs = list(p["angle_to_pixel"]) + [0.0] * (6 - len(p["angle_to_pixel"]))
+                values.update({"fx": 1.0, "fy": 1.0, **{f"c{n}": v for n, v in enumerate(coeffs)}})
+            if name in ("opencv_fisheye", "ftheta"):
+                values["max_theta"] = float(camera_model(name, width, height, p, dtype=torch.float64).max_theta)
+            for slot, key in enumerate(layout):
+                table[k, slot] = float(values.get(key, 0.0))
+        end = T_camera_world_start if T_camera_world_end is None else T_camera_world_end
+        q0 = matrix_to_quat(T_camera_world_start[:, :3, :3])
+        q1 = matrix_to_quat(end[:, :3, :3])
+        q1 = torch.where((q0 * q1).sum(-1, keepdim=True) < 0, -q1, q1)
+        return cls(
+            model=torch.tensor([MODELS[m] for m in models], dtype=torch.int32, device=device),
+            params=table.to(device=device, dtype=dtype),
+            rot_start=q0.contiguous(), trans_start=T_camera_world_start[:, :3, 3].contiguous(),
+            rot_end=q1.contiguous(), trans_end=end[:, :3, 3].contiguous(),
+            shutter=torch.tensor([SHUTTERS[s] for s in shutters], dtype=torch.int32, device=device),
+            width=int(width), height=int(height))
+
+    @classmethod
+    def pinhole(cls, viewmats: torch.Tensor,  # [C, 4, 4] T_camera_world
+                Ks: torch.Tensor,  # [C, 3, 3]
+                width: int, height: int) -> "CameraBatch":
+        """Global-shutter pinhole cameras from view matrices and intrinsic matrices."""
+        params = [{"fx": float(K[0, 0]), "fy": float(K[1, 1]), "cx": float(K[0, 2]), "cy": float(K[1, 2])}
+                  for K in Ks.detach().cpu()]
+        return cls.create(["pinhole"] * len(params), params, width, height, viewmats)
+
+    def to(self, dtype: torch.dtype) -> "CameraBatch":
+        f = lambda t: t.to(dtype)  # noqa: E731
+        return CameraBatch(self.model, f(self.params), f(self.rot_start), f(self.trans_start), f(self.rot_end),
+                           f(self.trans_end), self.shutter, self.width, self.height)
+
+
+@dataclass
+class RenderSettings:
+    """Options of ``render_cameras``."""
+
+    near: float = 0.01
+    far: float = 1e4
+    capacity: int | None = None  # intersections buffer; None: sized exactly (one host sync)
+
+
+@dataclass
+class CameraRender:
+    """What ``render_cameras`` returns. Images are [C, H, W(, 3)]."""
+
+    rgb: torch.Tensor  # [C, H, W, 3]
+    alpha: torch.Tensor  # [C, H, W]
+    depth: torch.Tensor  # [C, H, W] sum of w_i depth_i; divide by alpha for the expected depth
+    means2d: torch.Tensor  # [C, N, 2] (no gradient; for densification statistics)
+    radii: torch.Tensor  # [C, N] int32, 0 where culled
+    intersections: torch.Tensor  # [1] int32 on the device: (camera, Gaussian, tile) pairs wanted
+    overflow: torch.Tensor  # [1] bool on the device: more intersections than the capacity
+
+
+def _kernels(dtype: torch.dtype):
+    if dtype == torch.float32:
+        return (kproj.project_gaussians_f32, kbin.count_tiles_f32, kbin.emit_keys_f32,
+                kraster.rasterize_forward_f32, kraster.rasterize_backward_f32)
+    if dtype == torch.float64:
+        return (kproj.project_gaussians_f64, kbin.count_tiles_f64, kbin.emit_keys_f64,
+                kraster.rasterize_forward_f64, kraster.rasterize_backward_f64)
+    raise ValueError(f"Gaussians must be float32 or float64, got {dtype}")
+
+
+def _vec(n: int, dtype: torch.dtype):
+    """The Warp vector type of length n for a torch float dtype."""
+    return wp.types.vector(n, wp.float32 if dtype == torch.float32 else wp.float64)
+
+
+class _RenderCameras(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, means, quats, scales, opacities, sh, background, cams: CameraBatch, sh_degree: int,
+                settings: RenderSettings):
+        dtype, device = means.dtype, means.device
+        project, count_tiles, emit_keys, raster_fwd, _ = _kernels(dtype)
+        c, n = len(cams), means.shape[0]
+        w, h = cams.width, cams.height
+        tiles_x, tiles_y = math.ceil(w / kbin.TILE_SIZE), math.ceil(h / kbin.TILE_SIZE)
+        tiles = c * tiles_x * tiles_y
+        v2, v3, v4, v16 = _vec(2, dtype), _vec(3, dtype), _vec(4, dtype), _vec(16, dtype)
+        fwp = wp.float32 if dtype == torch.float32 else wp.float64
+
+        means2d = torch.zeros(c, n, 2, dtype=dtype, device=device)
+        conics = torch.zeros(c, n, 3, dtype=dtype, device=device)
+        depths = torch.zeros(c, n, dtype=dtype, device=device)
+        radii = torch.zeros(c, n, dtype=torch.int32, device=device)
+        colors = torch.zeros(c, n, 3, dtype=dtype, device=device)
+        project_inputs = [
+            to_wp(means, v3), to_wp(quats, v4), to_wp(scales, v3), to_wp(sh), int(sh_degree),
+            to_wp(cams.rot_start, v4), to_wp(cams.trans_start, v3), to_wp(cams.rot_end, v4),
+            to_wp(cams.trans_end, v3), to_wp(cams.model), to_wp(cams.params, v16), to_wp(cams.shutter),
+            w, h, fwp(settings.near), fwp(settings.far)]
+        project_outputs = [to_wp(means2d, v2), to_wp(conics, v3), to_wp(depths), to_wp(radii), to_wp(colors, v3)]
+
+        counts = torch.empty(c * n, dtype=torch.int32, device=device)
+        offsets = torch.empty(c * n, dtype=torch.int32, device=device)
+        total = torch.zeros(1, dtype=torch.int32, device=device)
+        with launch_stream(device) as wdev:
+            wp.launch(project, dim=(c, n), inputs=project_inputs, outputs=project_outputs, device=wdev)
+            wp.launch(count_tiles, dim=(c, n), inputs=[project_outputs[0], project_outputs[3], tiles_x, tiles_y],
+                      outputs=[to_wp(counts)], device=wdev)
+            wp.utils.array_scan(to_wp(counts), to_wp(offsets), inclusive=False)
+        capacity = settings.capacity
+        if capacity is None:  # exact size: the one host synchronisation of this mode
+            capacity = int(counts.sum().item()) if c * n else 0
+        capacity = max(capacity, 1)
+        keys = torch.empty(2 * capacity, dtype=torch.int64, device=device)
+        values = torch.empty(2 * capacity, dtype=torch.int32, device=device)
+        ranges = torch.zeros(tiles, 2, dtype=torch.int32, device=device)
+        with launch_stream(device) as wdev:
+            wp.launch(emit_keys, dim=(c, n),
+                      inputs=[project_outputs[0], project_outputs[3], project_outputs[2], to_wp(offsets),
+                              to_wp(counts), tiles_x, tiles_y, capacity],
+                      outputs=[to_wp(keys), to_wp(values), to_wp(total)], device=wdev)
+            valid = torch.clamp(total, max=capacity)
+            wp.launch(kbin.pad_keys, dim=capacity, inputs=[to_wp(keys), to_wp(valid), capacity], device=wdev)
+            tile_bits = max(1, int(tiles).bit_length())
+            wp.utils.radix_sort_pairs(to_wp(keys), to_wp(values), capacity, end_bit=32 + tile_bits)
+            wp.launch(kbin.tile_ranges, dim=capacity, inputs=[to_wp(keys), to_wp(valid)],
+                      outputs=[to_wp(ranges)], device=wdev)
+
+            rgb = torch.empty(c, h, w, 3, dtype=dtype, device=device)
+            alpha = torch.empty(c, h, w, dtype=dtype, device=device)
+            depth = torch.empty(c, h, w, dtype=dtype, device=device)
+            last = torch.empty(c, h, w, dtype=torch.int32, device=device)
+            raster_inputs = [to_wp(ranges), to_wp(values), project_outputs[0], project_outputs[1],
+                             project_outputs[4], project_outputs[2], to_wp(opacities), to_wp(background, v3),
+                             tiles_x, tiles_x * tiles_y, w, h]
+            wp.launch(raster_fwd, dim=tiles * kraster.TILE_PIXELS, inputs=raster_inputs,
+                      outputs=[to_wp(rgb, v3), to_wp(alpha), to_wp(depth), to_wp(last)], device=wdev,
+                      block_dim=kraster.TILE_PIXELS)
+
+        ctx.save_for_backward(means, quats, scales, opacities, sh, background, means2d, conics, depths, radii,
+                              colors, ranges, values, alpha, last)
+        ctx.cams, ctx.sh_degree, ctx.settings = cams, sh_degree, settings
+        ctx.tiles = (tiles_x, tiles_y)
+        ctx.mark_non_differentiable(means2d, radii, total)
+        overflow = total > capacity
+        ctx.mark_non_differentiable(overflow)
+        return rgb, alpha, depth, means2d, radii, total, overflow
+
+    @staticmethod
+    def backward(ctx, grad_rgb, grad_alpha, grad_depth, *_):
+        (means, quats, scales, opacities, sh, background, means2d, conics, depths, radii, colors, ranges, values,
+         alpha, last) = ctx.saved_tensors
+        cams, settings = ctx.cams, ctx.settings
+        dtype, device = means.dtype, means.device
+        project, _, _, _, raster_bwd = _kernels(dtype)
+        c, n = len(cams), means.shape[0]
+        w, h = cams.width, cams.height
+        tiles_x, tiles_y = ctx.tiles
+        v2, v3, v4, v16 = _vec(2, dtype), _vec(3, dtype), _vec(4, dtype), _vec(16, dtype)
+        fwp = wp.float32 if dtype == torch.float32 else wp.float64
+
+        def grad_or_zeros(g, shape):
+            return torch.zeros(shape, dtype=dtype, device=device) if g is None else g.contiguous()
+
+        grad_rgb = grad_or_zeros(grad_rgb, (c, h, w, 3))
+        grad_alpha = grad_or_zeros(grad_alpha, (c, h, w))
+        grad_depth = grad_or_zeros(grad_depth, (c, h, w))
+        g_means2d = torch.zeros(c, n, 2, dtype=dtype, device=device)
+        g_conics = torch.zeros(c, n, 3, dtype=dtype, device=device)
+        g_colors = torch.zeros(c, n, 3, dtype=dtype, device=device)
+        g_depths = torch.zeros(c, n, dtype=dtype, device=device)
+        g_opacities = torch.zeros(n, dtype=dtype, device=device)
+        g_means = torch.zeros_like(means)
+        g_quats = torch.zeros_like(quats)
+        g_scales = torch.zeros_like(scales)
+        g_sh = torch.zeros_like(sh)
+        with launch_stream(device) as wdev:
+            wp.launch(raster_bwd, dim=c * tiles_x * tiles_y * kraster.TILE_PIXELS,
+                      inputs=[to_wp(ranges), to_wp(values), to_wp(means2d, v2), to_wp(conics, v3),
+                              to_wp(colors, v3), to_wp(depths), to_wp(opacities), to_wp(background, v3),
+                              tiles_x, tiles_x * tiles_y, w, h, to_wp(alpha), to_wp(last), to_wp(grad_rgb, v3),
+                              to_wp(grad_alpha), to_wp(grad_depth)],
+                      outputs=[to_wp(g_means2d, v2), to_wp(g_conics, v3), to_wp(g_colors, v3), to_wp(g_depths),
+                               to_wp(g_opacities)], device=wdev, block_dim=kraster.TILE_PIXELS)
+            # Projection backward: Warp's adjoint of the projection kernel, fed the raster's gradients.
+            inputs = [to_wp(means, v3), to_wp(quats, v4), to_wp(scales, v3), to_wp(sh), int(ctx.sh_degree),
+                      to_wp(cams.rot_start, v4), to_wp(cams.trans_start, v3), to_wp(cams.rot_end, v4),
+                      to_wp(cams.trans_end, v3), to_wp(cams.model), to_wp(cams.params, v16), to_wp(cams.shutter),
+                      w, h, fwp(settings.near), fwp(settings.far)]
+            scratch = [torch.zeros_like(t) for t in (means2d, conics, depths, radii, colors)]
+            outputs = [to_wp(scratch[0], v2), to_wp(scratch[1], v3), to_wp(scratch[2]), to_wp(scratch[3]),
+                       to_wp(scratch[4], v3)]
+            adj_inputs = [to_wp(g_means, v3), to_wp(g_quats, v4), to_wp(g_scales, v3), to_wp(g_sh), 0,
+                          None, None, None, None, None, None, None, 0, 0, fwp(0.0), fwp(0.0)]
+            adj_outputs = [to_wp(g_means2d, v2), to_wp(g_conics, v3), to_wp(g_depths), None, to_wp(g_colors, v3)]
+            wp.launch(project, dim=(c, n), inputs=inputs, outputs=outputs, adj_inputs=adj_inputs,
+                      adj_outputs=adj_outputs, adjoint=True, device=wdev)
+        grad_background = (grad_rgb * (1.0 - alpha)[..., None]).sum(dim=(1, 2))
+        return g_means, g_quats, g_scales, g_opacities, g_sh, grad_background, None, None, None
+
+
+def render_cameras(
+    means: torch.Tensor,  # [N, 3] world
+    quats: torch.Tensor,  # [N, 4] (w, x, y, z), any norm
+    scales: torch.Tensor,  # [N, 3] linear standard deviations
+    opacities: torch.Tensor,  # [N] in [0, 1]
+    colors: torch.Tensor,  # [N, 3] RGB, or [N, K, 3] SH coefficients when sh_degree is given
+    cameras: CameraBatch,
+    sh_degree: int | None = None,
+    background: torch.Tensor | None = None,  # [C, 3] or [3]; black when None
+    settings: RenderSettings | None = None,
+) -> CameraRender:
+    """Render C cameras of one resolution; differentiable in every Gaussian parameter.
+
+    Pixel (u, v) samples the image plane at the pixel's centre, with OpenCV's convention
+    (the centre of the top-left pixel is (0, 0)).
+    """
+    settings = settings or RenderSettings()
+    dtype = means.dtype
+    n = means.shape[0]
+    for name, t, shape in (("means", means, (n, 3)), ("quats", quats, (n, 4)), ("scales", scales, (n, 3)),
+                           ("opacities", opacities, (n,))):
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
+        if t.dtype != dtype or t.device != means.device:
+            raise ValueError(f"{name} must be {dtype} on {means.device} like means")
+    if sh_degree is None:
+        if colors.shape != (n, 3):
+            raise ValueError(f"colors must have shape {(n, 3)} without sh_degree, got {tuple(colors.shape)}")
+        sh, degree = colors[:, None, :], -1
+    else:
+        if not 0 <= sh_degree <= 3 or colors.dim() != 3 or colors.shape[0] != n or colors.shape[2] != 3 \
+                or colors.shape[1] < (sh_degree + 1) ** 2:
+            raise ValueError(f"SH coefficients must be [N, K>=(d+1)^2, 3] with 0 <= d <= 3, got {tuple(colors.shape)} "
+                             f"for degree {sh_degree}")
+        sh, degree = colors, sh_degree
+    c = len(cameras)
+    if background is None:
+        background = torch.zeros(c, 3, dtype=dtype, device=means.device)
+    background = background.to(dtype).expand(c, 3).contiguous()
+    cams = cameras.to(dtype)
+    rgb, alpha, depth, means2d, radii, total, overflow = _RenderCameras.apply(
+        means.contiguous(), quats.contiguous(), scales.contiguous(), opacities.contiguous(), sh.contiguous(),
+        background, cams, degree, settings)
+    return CameraRender(rgb, alpha, depth, means2d, radii, total, overflow)

@@ -1,0 +1,1 @@
+"""Procedural driving captures with ground truth, rendered by Warp ray casting."""

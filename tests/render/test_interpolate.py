@@ -1,0 +1,373 @@
+"""The fused time interpolation (Warp) against its pure-torch twin, on the CPU.
+
+Tolerances: float32 forward, means within 2e-5 m (scenes of ~10 m) and quaternions within 2e-6;
+float32 backward within 1e-4 relative to the largest gradient entry; float64 gradients within
+1e-10; exactness claims (key hits, zero corrections, static pass-through) are bit-exact.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from nurec_usd.render.interpolate import PoseCorrections, TrackKeys, actor_poses, interpolate_gaussians
+from nurec_usd.render.reference import actor_poses_reference, interpolate_gaussians_reference
+
+wp = pytest.importorskip("warp")
+
+
+def axis_angle_quat(axis, angle: float) -> torch.Tensor:
+    axis = torch.nn.functional.normalize(torch.as_tensor(axis, dtype=torch.float64), dim=-1)
+    return torch.cat((torch.tensor([math.cos(angle / 2)]), math.sin(angle / 2) * axis))
+
+
+def make_tracks(dtype: torch.dtype = torch.float64) -> TrackKeys:
+    """Three actors with different time ranges; track 0 has every slerp regime.
+
+    Track 0, keys at 0, 1, 2, 3, 4 s: a large turn, a sign-flipped near-duplicate (q0.q1 < 0,
+    same rotation: the shortest-arc flip), a near-identical pair (slerp's series branch), a
+    quarter turn. Track 1: 1.5 .. 3.5 s, three keys. Track 2: a single key at 2.5 s.
+    """
+    q = [
+        axis_angle_quat([0, 0, 1], 0.3),
+        axis_angle_quat([1, 2, 0], 2.5),
+        -axis_angle_quat([1, 2, 0], 2.45),
+        -axis_angle_quat([1, 2, 0.001], 2.45),
+        axis_angle_quat([0, 1, 0], 1.2),
+    ]
+    track0 = (torch.arange(5.0, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64) * 3, torch.stack(q))
+    track1 = (
+        torch.tensor([1.5, 2.25, 3.5], dtype=torch.float64),
+        torch.randn(3, 3, dtype=torch.float64) * 3,
+        torch.randn(3, 4, dtype=torch.float64),
+    )
+    f64 = dict(dtype=torch.float64)
+    track2 = (torch.tensor([2.5], **f64), torch.randn(1, 3, **f64), torch.randn(1, 4, **f64))
+    return TrackKeys.from_tracks([track0, track1, track2], dtype=dtype)
+
+
+# Between keys; exactly on keys (0 s first key of track 0, 2.25 s inner key of track 1, 3.5 s last
+# key of track 1, 2.5 s the single key of track 2); before / after every track.
+TIMES = [0.6, 1.7, 2.25, 2.5, 3.5, 3.9, 0.0, -1.0, 7.0]
+
+
+def make_gaussians(tracks: TrackKeys, ns: int, per_actor: int, dtype: torch.dtype, sort: bool = True):
+    """Static and actor Gaussians (unnormalised quaternions), ``per_actor`` per track on average."""
+    A = tracks.num_actors
+    na = per_actor * A
+    index = torch.randint(0, A, (na,))
+    if sort:
+        index = index.sort().values
+    return dict(
+        static_means=torch.randn(ns, 3, dtype=dtype) * 10,
+        static_quats=torch.randn(ns, 4, dtype=dtype),
+        actor_means=torch.randn(na, 3, dtype=dtype) * 2,
+        actor_quats=torch.randn(na, 4, dtype=dtype),
+        actor_index=index.to(torch.int32),
+    )
+
+
+def make_corrections(tracks: TrackKeys, scale: float = 0.2) -> PoseCorrections:
+    K = tracks.num_keys
+    return PoseCorrections(scale * torch.randn(K, 3, dtype=tracks.dtype), scale * torch.randn(K, 3, dtype=tracks.dtype))
+
+
+def time(tracks: TrackKeys, value: float) -> torch.Tensor:
+    return torch.tensor(value, dtype=tracks.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward
+
+
+@pytest.mark.parametrize("with_corrections", [False, True])
+def test_forward_matches_twin_float32(with_corrections):
+    torch.manual_seed(0)
+    tracks = make_tracks(torch.float32)
+    g = make_gaussians(tracks, ns=50, per_actor=40, dtype=torch.float32)
+    corr = make_corrections(tracks) if with_corrections else None
+    for tv in TIMES:
+        t = time(tracks, tv)
+        means, quats, vis = interpolate_gaussians(t, **g, tracks=tracks, pose_corrections=corr)
+        r_means, r_quats, r_vis = interpolate_gaussians_reference(t, **g, tracks=tracks, pose_corrections=corr)
+        assert means.shape == (50 + 120, 3) and quats.shape == (170, 4) and vis.shape == (170,)
+        torch.testing.assert_close(means, r_means, atol=2e-5, rtol=0, msg=f"means at t={tv}")
+        torch.testing.assert_close(quats, r_quats, atol=2e-6, rtol=0, msg=f"quats at t={tv}")
+        assert torch.equal(vis, r_vis), f"visibility at t={tv}"
+        # Static Gaussians are copied bit for bit.
+        assert torch.equal(means[:50], g["static_means"]) and torch.equal(quats[:50], g["static_quats"])
+
+
+def test_visibility_and_clamping_outside_tracks():
+    tracks = make_tracks(torch.float32)
+    g = make_gaussians(tracks, ns=3, per_actor=4, dtype=torch.float32)
+    for tv, expected in [(-1.0, [0, 0, 0]), (0.5, [1, 0, 0]), (2.5, [1, 1, 1]), (3.9, [1, 0, 0]), (7.0, [0, 0, 0])]:
+        q, p, vis = actor_poses(time(tracks, tv), tracks)
+        assert vis.tolist() == expected, tv
+        _, _, gvis = interpolate_gaussians(time(tracks, tv), **g, tracks=tracks)
+        assert torch.equal(gvis[3:], vis[g["actor_index"].long()]) and bool((gvis[:3] == 1).all())
+    # Outside the range: the end poses, exactly.
+    first = tracks.key_offsets[:-1].long()
+    last = tracks.key_offsets[1:].long() - 1
+    q, p, _ = actor_poses(time(tracks, -1.0), tracks)
+    assert torch.equal(q, tracks.key_quats[first]) and torch.equal(p, tracks.key_translations[first])
+    q, p, _ = actor_poses(time(tracks, 7.0), tracks)
+    assert torch.equal(q, tracks.key_quats[last]) and torch.equal(p, tracks.key_translations[last])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_key_time_hits_are_exact(dtype):
+    torch.manual_seed(1)
+    tracks = make_tracks(dtype)
+    zero = PoseCorrections(torch.zeros(tracks.num_keys, 3, dtype=dtype), torch.zeros(tracks.num_keys, 3, dtype=dtype))
+    off = tracks.key_offsets.tolist()
+    for a in range(tracks.num_actors):
+        for k in range(off[a], off[a + 1]):
+            t = tracks.key_times[k].clone()
+            for corr in (None, zero):
+                q, p, vis = actor_poses(t, tracks, corr)
+                assert torch.equal(q[a], tracks.key_quats[k]), (a, k)
+                assert torch.equal(p[a], tracks.key_translations[k]), (a, k)
+                assert vis[a] == 1
+
+
+def test_actor_poses_match_twin():
+    torch.manual_seed(2)
+    tracks = make_tracks(torch.float64)
+    corr = make_corrections(tracks)
+    for tv in TIMES:
+        for c in (None, corr):
+            got = actor_poses(time(tracks, tv), tracks, c)
+            ref = actor_poses_reference(time(tracks, tv), tracks, c)
+            for x, y in zip(got, ref):
+                torch.testing.assert_close(x, y, atol=1e-12, rtol=0)
+
+
+def test_zero_corrections_reproduce_uncorrected_exactly():
+    torch.manual_seed(3)
+    tracks = make_tracks(torch.float32)
+    g = make_gaussians(tracks, ns=5, per_actor=20, dtype=torch.float32)
+    zero = PoseCorrections(torch.zeros(tracks.num_keys, 3), torch.zeros(tracks.num_keys, 3))
+    for tv in TIMES:
+        a = interpolate_gaussians(time(tracks, tv), **g, tracks=tracks)
+        b = interpolate_gaussians(time(tracks, tv), **g, tracks=tracks, pose_corrections=zero)
+        for x, y in zip(a, b):
+            assert torch.equal(x, y), tv
+
+
+def test_slerp_stays_unit_norm():
+    tracks = make_tracks(torch.float32)
+    corr = make_corrections(tracks, scale=0.5)
+    for tv in torch.linspace(-0.5, 4.5, 201).tolist():
+        for c in (None, corr):
+            q, _, _ = actor_poses(time(tracks, tv), tracks, c)
+            assert (torch.linalg.vector_norm(q, dim=-1) - 1).abs().max() < 1e-6, tv
+    # Unit local rotations stay unit in the world.
+    g = make_gaussians(tracks, ns=0, per_actor=10, dtype=torch.float32)
+    g["actor_quats"] = torch.nn.functional.normalize(g["actor_quats"], dim=-1)
+    _, quats, _ = interpolate_gaussians(time(tracks, 1.37), **g, tracks=tracks, pose_corrections=corr)
+    assert (torch.linalg.vector_norm(quats, dim=-1) - 1).abs().max() < 1e-6
+
+
+def test_slerp_takes_the_shortest_arc():
+    # Keys 1 and 2 of track 0 are the same rotation up to 0.05 rad with opposite quaternion signs:
+    # halfway, the pose must be within that small angle of both, not half a turn away.
+    tracks = make_tracks(torch.float64)
+    q, _, _ = actor_poses(time(tracks, 1.5), tracks)
+    for k in (1, 2):
+        cos_half = (q[0] * tracks.key_quats[k]).sum().abs()
+        assert cos_half > math.cos(0.05 / 2)
+
+
+def test_invalid_actor_index_left_in_place_and_invisible():
+    tracks = make_tracks(torch.float32)
+    am = torch.randn(3, 3)
+    aq = torch.randn(3, 4)
+    index = torch.tensor([-1, 1, 3], dtype=torch.int32)
+    empty = torch.zeros(0, 3), torch.zeros(0, 4)
+    means, quats, vis = interpolate_gaussians(time(tracks, 2.0), *empty, am, aq, index, tracks)
+    assert torch.equal(means[[0, 2]], am[[0, 2]]) and torch.equal(quats[[0, 2]], aq[[0, 2]])
+    assert vis.tolist() == [0.0, 1.0, 0.0]
+
+
+def test_empty_inputs():
+    tracks = make_tracks(torch.float32)
+    e3, e4, ei = torch.zeros(0, 3), torch.zeros(0, 4), torch.zeros(0, dtype=torch.int32)
+    means, quats, vis = interpolate_gaussians(time(tracks, 1.0), e3, e4, e3, e4, ei, tracks)
+    assert means.shape == (0, 3) and quats.shape == (0, 4) and vis.shape == (0,)
+    no_tracks = TrackKeys.from_tracks([])
+    sm = torch.randn(4, 3)
+    means, _, vis = interpolate_gaussians(time(no_tracks, 1.0), sm, torch.randn(4, 4), e3, e4, ei, no_tracks)
+    assert torch.equal(means, sm) and bool((vis == 1).all())
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward
+
+
+def _leaf_inputs(tracks, g, corr, t):
+    inputs = {k: (v.clone().requires_grad_() if v.is_floating_point() else v) for k, v in g.items()}
+    corr = PoseCorrections(*(c.clone().requires_grad_() for c in corr))
+    return dict(t=t, tracks=tracks, pose_corrections=corr, **inputs)
+
+
+GRAD_NAMES = ["static_means", "static_quats", "actor_means", "actor_quats"]
+
+
+@pytest.mark.parametrize("tv", [0.6, 2.25, 3.9, 7.0])
+def test_backward_matches_twin_float32(tv):
+    torch.manual_seed(4)
+    tracks = make_tracks(torch.float32)
+    g = make_gaussians(tracks, ns=20, per_actor=30, dtype=torch.float32)
+    inputs = _leaf_inputs(tracks, g, make_corrections(tracks), time(tracks, tv))
+    n = 20 + g["actor_means"].shape[0]
+    upstream = (torch.randn(n, 3), torch.randn(n, 4))
+    corr = inputs["pose_corrections"]
+
+    def run(fn):
+        means, quats, _ = fn(**inputs)
+        loss = (means * upstream[0]).sum() + (quats * upstream[1]).sum()
+        return torch.autograd.grad(loss, [inputs[k] for k in GRAD_NAMES] + list(corr))
+
+    got = run(interpolate_gaussians)
+    ref = run(interpolate_gaussians_reference)
+    for name, x, y in zip(GRAD_NAMES + ["corr.translations", "corr.rotations"], got, ref):
+        scale = y.abs().max().clamp_min(1e-6)
+        assert (x - y).abs().max() / scale < 1e-4, name
+    # Static Gaussians: the incoming gradient itself.
+    assert torch.equal(got[0], upstream[0][:20]) and torch.equal(got[1], upstream[1][:20])
+
+
+def test_backward_only_what_is_asked():
+    tracks = make_tracks(torch.float32)
+    g = make_gaussians(tracks, ns=4, per_actor=5, dtype=torch.float32)
+    corr = make_corrections(tracks)
+    rot = corr.rotations.clone().requires_grad_()
+    kwargs = dict(t=time(tracks, 1.2), **g, tracks=tracks, pose_corrections=(corr.translations, rot))
+    means, quats, vis = interpolate_gaussians(**kwargs)
+    assert not vis.requires_grad
+    (grad,) = torch.autograd.grad(means.sum() + quats.sum(), [rot])
+    r_means, r_quats, _ = interpolate_gaussians_reference(**kwargs)
+    (ref,) = torch.autograd.grad(r_means.sum() + r_quats.sum(), [rot])
+    torch.testing.assert_close(grad, ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("sort", [True, False])
+def test_block_reduction_of_pose_gradients(sort, monkeypatch):
+    """The GPU path: 256-thread blocks reduce pose gradients before their atomics.
+
+    With ``enable_cpu_blocks`` the CPU runs real 256-lane blocks, so blocks that straddle two
+    actors (sorted input) or hold many (unsorted input) are exercised; float64, so the comparison
+    is tight.
+    """
+    monkeypatch.setattr(wp.config, "enable_cpu_blocks", True)
+    torch.manual_seed(5)
+    tracks = make_tracks(torch.float64)
+    g = make_gaussians(tracks, ns=7, per_actor=233, dtype=torch.float64, sort=sort)  # 699: partial last block
+    inputs = _leaf_inputs(tracks, g, make_corrections(tracks), time(tracks, 2.3))
+    n = 7 + g["actor_means"].shape[0]
+    upstream = (torch.randn(n, 3, dtype=torch.float64), torch.randn(n, 4, dtype=torch.float64))
+    corr = inputs["pose_corrections"]
+
+    def run(fn):
+        means, quats, _ = fn(**inputs)
+        loss = (means * upstream[0]).sum() + (quats * upstream[1]).sum()
+        return torch.autograd.grad(loss, [inputs["actor_means"], inputs["actor_quats"], *corr])
+
+    for x, y in zip(run(interpolate_gaussians), run(interpolate_gaussians_reference)):
+        torch.testing.assert_close(x, y, atol=1e-10, rtol=1e-10)
+
+
+def _gradcheck_case(tracks: TrackKeys, corr: PoseCorrections, tv: float) -> bool:
+    torch.manual_seed(6)
+    g = make_gaussians(tracks, ns=2, per_actor=2, dtype=torch.float64)
+    idx = g.pop("actor_index")
+    t = time(tracks, tv)
+    leaves = [x.clone().requires_grad_() for x in (*g.values(), *corr)]
+
+    def f(sm, sq, am, aq, ct, cw):
+        return interpolate_gaussians(t, sm, sq, am, aq, idx, tracks, (ct, cw))[:2]
+
+    return torch.autograd.gradcheck(f, leaves, eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+@pytest.mark.parametrize("tv", [0.6, 1.5, 2.5, 3.0, 2.25, -1.0, 7.0])
+def test_gradcheck_float64(tv):
+    """Warp path, float64: between keys (all slerp regimes), on keys, outside the tracks."""
+    torch.manual_seed(7)
+    tracks = make_tracks(torch.float64)
+    assert _gradcheck_case(tracks, make_corrections(tracks), tv)
+
+
+@pytest.mark.parametrize("tv", [0.6, 2.5])
+def test_gradcheck_float64_at_zero_corrections(tv):
+    """exp() at w = 0 uses its series; at 2.5 s track 0's near-identical keys use slerp's series."""
+    tracks = make_tracks(torch.float64)
+    K = tracks.num_keys
+    zero = PoseCorrections(torch.zeros(K, 3, dtype=torch.float64), torch.zeros(K, 3, dtype=torch.float64))
+    assert _gradcheck_case(tracks, zero, tv)
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation and plumbing
+
+
+def test_input_errors_name_the_argument():
+    tracks = make_tracks(torch.float32)
+    g = make_gaussians(tracks, ns=2, per_actor=2, dtype=torch.float32)
+    t = time(tracks, 1.0)
+    cases = [
+        (dict(static_means=torch.zeros(2, 4)), "static_means"),
+        (dict(static_quats=torch.zeros(3, 4)), "static_quats"),
+        (dict(actor_means=g["actor_means"].double()), "actor_means"),
+        (dict(actor_quats=torch.zeros(6, 3)), "actor_quats"),
+        (dict(actor_index=g["actor_index"].long()), "actor_index"),
+        (dict(actor_index=g["actor_index"][:2]), "actor_index"),
+        (dict(t=torch.zeros(2)), "t"),
+        (dict(t=1.0), "t"),
+        (dict(pose_corrections=(torch.zeros(2, 3), torch.zeros(2, 3))), "pose_corrections.translations"),
+    ]
+    for override, name in cases:
+        kwargs = dict(t=t, **g, tracks=tracks)
+        kwargs.update(override)
+        with pytest.raises(ValueError, match=name.replace(".", r"\.")):
+            interpolate_gaussians(**kwargs)
+
+
+def test_track_keys_validation():
+    times = torch.tensor([0.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="increase strictly"):
+        TrackKeys.from_tracks([(times, torch.zeros(3, 3), torch.randn(3, 4))])
+    with pytest.raises(ValueError, match="k >= 1"):
+        TrackKeys.from_tracks([(torch.zeros(0), torch.zeros(0, 3), torch.zeros(0, 4))])
+    with pytest.raises(ValueError, match="key_offsets must be int32"):
+        TrackKeys(torch.tensor([0, 1]), torch.zeros(1), torch.zeros(1, 3), torch.zeros(1, 4))
+    with pytest.raises(ValueError, match="key_quats"):
+        TrackKeys(torch.tensor([0, 1], dtype=torch.int32), torch.zeros(1), torch.zeros(1, 3), torch.zeros(1, 3))
+    # Times may repeat across tracks (only within a track must they increase).
+    two = TrackKeys.from_tracks([(torch.tensor([0.0, 1.0]), torch.zeros(2, 3), torch.randn(2, 4))] * 2)
+    assert two.num_actors == 2 and two.num_keys == 4
+
+
+def test_array_descriptors_match_warp_from_torch():
+    """The launcher builds Warp array descriptors itself; they must equal ``wp.from_torch``'s."""
+    from nurec_usd.render.interpolate import _Launcher
+
+    L = _Launcher(torch.device("cpu"), torch.float32)
+    x = torch.randn(5, 4)
+    ours = L.arr(x)
+    theirs = wp.from_torch(x, dtype=wp.vec4, requires_grad=False, return_ctype=True)
+    assert type(ours) is type(theirs)
+    assert bytes(memoryview(ours)) == bytes(memoryview(theirs))
+
+
+def test_cuda_code_generation_aot(tmp_path):
+    """The kernel module compiles to sm_90 CUDA (NVRTC, no GPU needed)."""
+    import warp_kernels.interpolate as kernels
+
+    wp.init()
+    paths = wp.compile_aot_module(kernels, arch=90, module_dir=tmp_path)
+    assert paths and all(p.exists() and p.stat().st_size > 0 for p in paths)
+    assert any("sm90" in p.name for p in paths)

@@ -1,0 +1,312 @@
+"""Projection of 3D Gaussians into cameras: 2D means, conics, depths, radii and colours.
+
+One thread per (camera, Gaussian). Every camera model of the capture format (pinhole,
+OpenCV radial-tangential, OpenCV fisheye, f-theta) and rolling shutter are handled in
+the same kernel, selected per camera by a model id, so a whole rig projects in one
+launch. The kernel has no loops whose trip count is only known at run time, so Warp's
+generated adjoint is its backward (``wp.launch(..., adjoint=True)``).
+
+Camera parameters travel as one ``vec16`` per camera (see ``CAMERA_PARAM_LAYOUT``);
+poses as (quaternion, translation) of ``T_camera_world`` at the start and at the end of
+the rolling-shutter readout. Quaternions arrive as ``vec4`` in the project's (w, x, y, z)
+order and become Warp's (x, y, z, w) ``quat`` here, at the kernel boundary.
+"""
+
+
+import warp as wp
+
+MODEL_PINHOLE = 0
+MODEL_OPENCV = 1
+MODEL_OPENCV_FISHEYE = 2
+MODEL_FTHETA = 3
+
+SHUTTER_GLOBAL = 0
+SHUTTER_TOP_TO_BOTTOM = 1
+SHUTTER_BOTTOM_TO_TOP = 2
+SHUTTER_LEFT_TO_RIGHT = 3
+SHUTTER_RIGHT_TO_LEFT = 4
+
+# Index of each parameter inside a camera's vec16.
+CAMERA_PARAM_LAYOUT = {
+    "pinhole": ("fx", "fy", "cx", "cy"),
+    "opencv": ("fx", "fy", "cx", "cy", "k1", "k2", "k3", "k4", "k5", "k6", "p1", "p2"),
+    "opencv_fisheye": ("fx", "fy", "cx", "cy", "k1", "k2", "k3", "k4", "max_theta"),
+    # rho(theta) = sum c_i theta^i; fx = fy = 1 so the radial-angle code is shared with the fisheye
+    "ftheta": ("fx", "fy", "cx", "cy", "c0", "c1", "c2", "c3", "c4", "c5", "max_theta"),
+}
+
+# Compositing constants shared with the rasterizer and the torch twin.
+EPS_2D = 0.3  # pixels^2 added to every 2D covariance (a pixel's footprint)
+SIGMA_EXTENT = 3.0  # radius of a splat in standard deviations
+
+SH_C0 = 0.28209479177387814
+SH_C1 = 0.4886025119029199
+SH_C2_0 = 1.0925484305920792
+SH_C2_1 = -1.0925484305920792
+SH_C2_2 = 0.31539156525252005
+SH_C2_3 = -1.0925484305920792
+SH_C2_4 = 0.5462742152960396
+SH_C3_0 = -0.5900435899266435
+SH_C3_1 = 2.890611442640554
+SH_C3_2 = -0.4570457994644658
+SH_C3_3 = 0.3731763325901154
+SH_C3_4 = -0.4570457994644658
+SH_C3_5 = 1.445305721320277
+SH_C3_6 = -0.5900435899266435
+
+
+def make_projection_kernel(float_t):
+    """The projection kernel for one float type (``wp.float32`` for speed, ``wp.float64`` for gradcheck)."""
+    vec2 = wp.types.vector(2, float_t)
+    vec3 = wp.types.vector(3, float_t)
+    vec16 = wp.types.vector(16, float_t)
+    mat22 = wp.types.matrix((2, 2), float_t)
+    mat23 = wp.types.matrix((2, 3), float_t)
+    mat33 = wp.types.matrix((3, 3), float_t)
+    vec4 = wp.types.vector(4, float_t)
+    quat = wp.types.quaternion(float_t)
+
+    @wp.func
+    def to_quat(wxyz: vec4):
+        return quat(wxyz[1], wxyz[2], wxyz[3], wxyz[0])
+
+    @wp.func
+    def project_radial_angle(p: vec3, fx: float_t, fy: float_t, cx: float_t, cy: float_t, f: float_t,
+                             df: float_t, theta: float_t, r: float_t):
+        """uv and d(uv)/dp for models with rho = f(theta) along the direction of (x, y)."""
+        x = p[0]
+        y = p[1]
+        z = p[2]
+        rr = r * r + z * z
+        # s = f(theta) / r; near the axis its limit is f'(0)/z (f(0)=0 assumed there)
+        s = float_t(0.0)
+        ds_dr = float_t(0.0)
+        ds_dz = float_t(0.0)
+        if r > float_t(1e-9) * wp.abs(z) + float_t(1e-20):
+            s = f / r
+            ds_dr = (df * z / rr * r - f) / (r * r)
+            ds_dz = df * (-r / rr) / r
+        else:
+            s = df / z
+            ds_dz = -df / (z * z)
+        u = fx * s * x + cx
+        v = fy * s * y + cy
+        dxr = float_t(0.0)
+        dyr = float_t(0.0)
+        if r > float_t(0.0):
+            dxr = x / r
+            dyr = y / r
+        J = mat23(fx * (s + x * ds_dr * dxr), fx * x * ds_dr * dyr, fx * x * ds_dz,
+                  fy * y * ds_dr * dxr, fy * (s + y * ds_dr * dyr), fy * y * ds_dz)
+        return vec2(u, v), J
+
+    @wp.func
+    def project_point(model: int, k: vec16, p: vec3, near: float_t):
+        """Pixel of camera-frame point p, its Jacobian, and whether the model can see it."""
+        x = p[0]
+        y = p[1]
+        z = p[2]
+        fx = k[0]
+        fy = k[1]
+        cx = k[2]
+        cy = k[3]
+        ok = True
+        uv = vec2(float_t(0.0), float_t(0.0))
+        J = mat23()
+        if model == MODEL_PINHOLE or model == MODEL_OPENCV:
+            if z <= near:
+                ok = False
+                z = near  # keep the maths finite; the result is discarded
+            iz = float_t(1.0) / z
+            xn = x * iz
+            yn = y * iz
+            P = mat23(iz, float_t(0.0), -xn * iz, float_t(0.0), iz, -yn * iz)
+            D = mat22(float_t(1.0), float_t(0.0), float_t(0.0), float_t(1.0))
+            xd = xn
+            yd = yn
+            if model == MODEL_OPENCV:
+                r2 = xn * xn + yn * yn
+                a = float_t(1.0) + r2 * (k[4] + r2 * (k[5] + r2 * k[6]))
+                b = float_t(1.0) + r2 * (k[7] + r2 * (k[8] + r2 * k[9]))
+                da = k[4] + r2 * (float_t(2.0) * k[5] + float_t(3.0) * r2 * k[6])
+                db = k[7] + r2 * (float_t(2.0) * k[8] + float_t(3.0) * r2 * k[9])
+                radial = a / b
+                drad = (da * b - a * db) / (b * b)
+                p1 = k[10]
+                p2 = k[11]
+                xd = xn * radial + float_t(2.0) * p1 * xn * yn + p2 * (r2 + float_t(2.0) * xn * xn)
+                yd = yn * radial + p1 * (r2 + float_t(2.0) * yn * yn) + float_t(2.0) * p2 * xn * yn
+                xy2 = float_t(2.0) * xn * yn * drad
+                D = mat22(radial + float_t(2.0) * xn * xn * drad + float_t(2.0) * p1 * yn + float_t(6.0) * p2 * xn,
+                          xy2 + float_t(2.0) * p1 * xn + float_t(2.0) * p2 * yn,
+                          xy2 + float_t(2.0) * p1 * xn + float_t(2.0) * p2 * yn,
+                          radial + float_t(2.0) * yn * yn * drad + float_t(6.0) * p1 * yn + float_t(2.0) * p2 * xn)
+            uv = vec2(fx * xd + cx, fy * yd + cy)
+            F = mat22(fx, float_t(0.0), float_t(0.0), fy)
+            J = F * D * P
+        else:
+            r = wp.sqrt(x * x + y * y)
+            theta = wp.atan2(r, z)
+            f = float_t(0.0)
+            df = float_t(0.0)
+            max_theta = float_t(0.0)
+            if model == MODEL_OPENCV_FISHEYE:
+                t2 = theta * theta
+                f = theta * (float_t(1.0) + t2 * (k[4] + t2 * (k[5] + t2 * (k[6] + t2 * k[7]))))
+                df = float_t(1.0) + t2 * (float_t(3.0) * k[4] + t2 * (float_t(5.0) * k[5]
+                                          + t2 * (float_t(7.0) * k[6] + t2 * float_t(9.0) * k[7])))
+                max_theta = k[8]
+            else:
+                f = k[4] + theta * (k[5] + theta * (k[6] + theta * (k[7] + theta * (k[8] + theta * k[9]))))
+                df = k[5] + theta * (float_t(2.0) * k[6] + theta * (float_t(3.0) * k[7]
+                                     + theta * (float_t(4.0) * k[8] + theta * float_t(5.0) * k[9])))
+                max_theta = k[10]
+            if theta > max_theta or wp.length(p) <= near:
+                ok = False
+            uv, J = project_radial_angle(p, fx, fy, cx, cy, f, df, theta, r)
+        return uv, J, ok
+
+    @wp.func
+    def line_fraction(shutter: int, uv: vec2, width: int, height: int):
+        """Readout position of pixel uv in [0, 1] (0: first line read)."""
+        frac = float_t(0.0)
+        if shutter == SHUTTER_TOP_TO_BOTTOM:
+            frac = uv[1] / float_t(height - 1)
+        elif shutter == SHUTTER_BOTTOM_TO_TOP:
+            frac = float_t(1.0) - uv[1] / float_t(height - 1)
+        elif shutter == SHUTTER_LEFT_TO_RIGHT:
+            frac = uv[0] / float_t(width - 1)
+        elif shutter == SHUTTER_RIGHT_TO_LEFT:
+            frac = float_t(1.0) - uv[0] / float_t(width - 1)
+        return wp.clamp(frac, float_t(0.0), float_t(1.0))
+
+    @wp.func
+    def pose_at(q0: quat, t0: vec3, q1: quat, t1: vec3, a: float_t):
+        """T_camera_world between the readout's start (a=0) and end (a=1): slerp + lerp."""
+        d = wp.dot(q0, q1)
+        q = q0
+        if d < float_t(0.9999995):
+            ang = wp.acos(wp.clamp(d, float_t(-1.0), float_t(1.0)))
+            s = wp.sin(ang)
+            q = q0 * (wp.sin((float_t(1.0) - a) * ang) / s) + q1 * (wp.sin(a * ang) / s)
+        else:
+            q = wp.normalize(q0 * (float_t(1.0) - a) + q1 * a)
+        return wp.quat_to_matrix(q), t0 * (float_t(1.0) - a) + t1 * a
+
+    @wp.func
+    def sh_channel(degree: int, sh: wp.array3d(dtype=float_t), i: int, ch: int, d: vec3):
+        """One colour channel from spherical harmonics (coefficient-major [N, K, 3]) in unit direction d."""
+        x = d[0]
+        y = d[1]
+        z = d[2]
+        v = float_t(SH_C0) * sh[i, 0, ch]
+        if degree >= 1:
+            v += float_t(SH_C1) * (-y * sh[i, 1, ch] + z * sh[i, 2, ch] - x * sh[i, 3, ch])
+        if degree >= 2:
+            xx = x * x
+            yy = y * y
+            zz = z * z
+            v += (float_t(SH_C2_0) * x * y * sh[i, 4, ch]
+                  + float_t(SH_C2_1) * y * z * sh[i, 5, ch]
+                  + float_t(SH_C2_2) * (float_t(2.0) * zz - xx - yy) * sh[i, 6, ch]
+                  + float_t(SH_C2_3) * x * z * sh[i, 7, ch]
+                  + float_t(SH_C2_4) * (xx - yy) * sh[i, 8, ch])
+            if degree >= 3:
+                v += (float_t(SH_C3_0) * y * (float_t(3.0) * xx - yy) * sh[i, 9, ch]
+                      + float_t(SH_C3_1) * x * y * z * sh[i, 10, ch]
+                      + float_t(SH_C3_2) * y * (float_t(4.0) * zz - xx - yy) * sh[i, 11, ch]
+                      + float_t(SH_C3_3) * z * (float_t(2.0) * zz - float_t(3.0) * xx - float_t(3.0) * yy)
+                      * sh[i, 12, ch]
+                      + float_t(SH_C3_4) * x * (float_t(4.0) * zz - xx - yy) * sh[i, 13, ch]
+                      + float_t(SH_C3_5) * z * (xx - yy) * sh[i, 14, ch]
+                      + float_t(SH_C3_6) * x * (xx - float_t(3.0) * yy) * sh[i, 15, ch])
+        # colour = 0.5 + SH, clamped at 0 (the DC convention of 3DGS)
+        return wp.max(v + float_t(0.5), float_t(0.0))
+
+    @wp.kernel
+    def project_gaussians(
+        means: wp.array(dtype=vec3),  # [N] world
+        quats: wp.array(dtype=vec4),  # [N] (w, x, y, z), any norm
+        scales: wp.array(dtype=vec3),  # [N] linear standard deviations
+        sh: wp.array3d(dtype=float_t),  # [N, K, 3] SH coefficients, or [N, 1, 3] colours when sh_degree < 0
+        sh_degree: int,  # -1: sh holds final colours
+        cam_q0: wp.array(dtype=vec4),  # [C] T_camera_world rotation (w, x, y, z) at readout start
+        cam_t0: wp.array(dtype=vec3),  # [C] T_camera_world translation at readout start
+        cam_q1: wp.array(dtype=vec4),  # [C] ... at readout end, same hemisphere as cam_q0
+        cam_t1: wp.array(dtype=vec3),  # [C]
+        cam_model: wp.array(dtype=int),  # [C] MODEL_*
+        cam_params: wp.array(dtype=vec16),  # [C] see CAMERA_PARAM_LAYOUT
+        cam_shutter: wp.array(dtype=int),  # [C] SHUTTER_*
+        width: int,
+        height: int,
+        near: float_t,
+        far: float_t,
+        # outputs, [C, N]
+        means2d: wp.array2d(dtype=vec2),
+        conics: wp.array2d(dtype=vec3),  # inverse 2D covariance (a, b, c) = [[a, b], [b, c]]
+        depths: wp.array2d(dtype=float_t),  # z for pinhole/opencv, distance for fisheye/f-theta
+        radii: wp.array2d(dtype=wp.int32),  # pixels; 0 = culled
+        colors: wp.array2d(dtype=vec3),
+    ):
+        c, i = wp.tid()
+        radii[c, i] = 0
+        model = cam_model[c]
+        k = cam_params[c]
+        mean = means[i]
+
+        # Camera pose at the Gaussian's own line time: project with the mid-readout pose,
+        # read the line, re-evaluate the pose there (one fixed-point step).
+        R, t = pose_at(to_quat(cam_q0[c]), cam_t0[c], to_quat(cam_q1[c]), cam_t1[c], float_t(0.5))
+        shutter = cam_shutter[c]
+        if shutter != SHUTTER_GLOBAL:
+            uv0, J0, ok0 = project_point(model, k, R * mean + t, near)
+            a = line_fraction(shutter, uv0, width, height)
+            R, t = pose_at(to_quat(cam_q0[c]), cam_t0[c], to_quat(cam_q1[c]), cam_t1[c], a)
+
+        p = R * mean + t
+        uv, J, ok = project_point(model, k, p, near)
+        depth = p[2]
+        if model == MODEL_OPENCV_FISHEYE or model == MODEL_FTHETA:
+            depth = wp.length(p)
+        if not ok or depth > far:
+            return
+
+        q = wp.normalize(to_quat(quats[i]))
+        Rg = wp.quat_to_matrix(q)
+        s = scales[i]
+        M = Rg * wp.diag(s)
+        cov3 = M * wp.transpose(M)
+        JW = J * R
+        cov2 = JW * cov3 * wp.transpose(JW)
+        a2 = cov2[0, 0] + float_t(EPS_2D)
+        b2 = cov2[0, 1]
+        c2 = cov2[1, 1] + float_t(EPS_2D)
+        det = a2 * c2 - b2 * b2
+        if det <= float_t(0.0):
+            return
+        inv_det = float_t(1.0) / det
+        mid = float_t(0.5) * (a2 + c2)
+        lam = mid + wp.sqrt(wp.max(float_t(0.1), mid * mid - det))
+        radius = wp.ceil(float_t(SIGMA_EXTENT) * wp.sqrt(lam))
+        if (uv[0] + radius <= float_t(-0.5) or uv[0] - radius >= float_t(width) - float_t(0.5)
+                or uv[1] + radius <= float_t(-0.5) or uv[1] - radius >= float_t(height) - float_t(0.5)):
+            return
+
+        means2d[c, i] = uv
+        conics[c, i] = vec3(c2 * inv_det, -b2 * inv_det, a2 * inv_det)
+        depths[c, i] = depth
+        radii[c, i] = wp.int32(radius)
+        if sh_degree < 0:
+            colors[c, i] = vec3(sh[i, 0, 0], sh[i, 0, 1], sh[i, 0, 2])
+        else:
+            # view direction from the camera centre (world) at the Gaussian's line time
+            centre = -(wp.transpose(R) * t)
+            d = wp.normalize(mean - centre)
+            colors[c, i] = vec3(sh_channel(sh_degree, sh, i, 0, d), sh_channel(sh_degree, sh, i, 1, d),
+                                sh_channel(sh_degree, sh, i, 2, d))
+
+    return project_gaussians
+
+
+project_gaussians_f32 = make_projection_kernel(wp.float32)
+project_gaussians_f64 = make_projection_kernel(wp.float64)

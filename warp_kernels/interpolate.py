@@ -1,0 +1,409 @@
+"""Fused time interpolation of Gaussians: actor poses from keyframed tracks, actor Gaussians into
+the world, static Gaussians copied alongside, in one launch.
+
+Memory layout (what the torch side passes in, zero-copy):
+  * quaternions are stored (w, x, y, z) as ``vec4``; inside the kernels they become Warp
+    ``quaternion`` values (x, y, z, w) through :func:`load_quat` / :func:`store_quat` and nowhere
+    else;
+  * tracks are CSR: actor ``a`` owns keys ``key_offsets[a] .. key_offsets[a+1]-1``, with strictly
+    increasing ``key_times`` (seconds), key translations and unit key quaternions;
+  * optional pose corrections per key: a translation delta ``dt`` and a rotation vector ``w``
+    (so(3)); the corrected key pose is ``(exp(w) * q_k, p_k + dt)``.
+
+Every kernel is generic over the float type; float32 overloads run on the GPU, float64 overloads
+exist so tests can run float64 gradient checks.
+
+Kernels:
+  * :data:`interpolate_forward`: one thread per output Gaussian, static ones first.
+  * :data:`interpolate_backward_actors`: one thread per actor Gaussian, hand-written gradients of
+    the per-Gaussian transform, and a per-block reduction of the actor-pose gradients before the
+    atomics (Gaussians of one actor sit next to each other, so most blocks hold one actor).
+  * :data:`actor_poses`: one thread per actor; launched forward for the poses alone, and with
+    ``adjoint=True`` to carry the actor-pose gradients to the per-key pose corrections (one
+    thread per actor owns its keys, so its atomics never contend).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+
+# Threads per block of the actor backward kernel: the width of its per-block reduction.
+BACKWARD_BLOCK_DIM = 256
+
+# Below this squared rotation angle (rad^2) exp() uses its Taylor series, which keeps the value
+# and the gradient finite at w = 0 (the sqrt of the angle has no derivative there).
+_EXP_SERIES_BELOW = 1.0e-6
+# Below this value of 1 - cos(angle) slerp uses the Taylor series of its weights (the same
+# threshold and series as nurec_usd.sensors.se3.quat_slerp, which the torch twin uses).
+_SLERP_SERIES_BELOW = 1.0e-4
+
+
+# ---------------------------------------------------------------------------------------------
+# Device functions
+
+
+@wp.func
+def load_quat(q: Any):
+    """(w, x, y, z) stored as a vec4 -> Warp quaternion (x, y, z, w)."""
+    return wp.quaternion(q[1], q[2], q[3], q[0])
+
+
+@wp.func
+def store_quat(q: Any):
+    """Warp quaternion (x, y, z, w) -> (w, x, y, z) as a vec4."""
+    return wp.vector(q[3], q[0], q[1], q[2])
+
+
+@wp.func
+def so3_exp(w: Any):
+    """Unit quaternion of the rotation vector ``w`` (axis * angle, rad)."""
+    th2 = wp.dot(w, w)
+    one = type(th2)(1.0)
+    c = one
+    s = type(th2)(0.5)
+    if th2 < type(th2)(_EXP_SERIES_BELOW):
+        # cos(th/2) and sin(th/2)/th as series in th^2: no sqrt, so the gradient at 0 is exact.
+        c = one - th2 / type(th2)(8.0) + th2 * th2 / type(th2)(384.0)
+        s = type(th2)(0.5) - th2 / type(th2)(48.0) + th2 * th2 / type(th2)(3840.0)
+    else:
+        th = wp.sqrt(th2)
+        c = wp.cos(th * type(th2)(0.5))
+        s = wp.sin(th * type(th2)(0.5)) / th
+    return wp.quaternion(w[0] * s, w[1] * s, w[2] * s, c)
+
+
+@wp.func
+def slerp_weight_series(k: Any, t2: Any):
+    """sin(k th) / sin(th) as a series in th^2 (t2), accurate for small th."""
+    k2 = k * k
+    t4 = t2 * t2
+    one = type(k)(1.0)
+    return k * (
+        one
+        + (one - k2) * t2 / type(k)(6.0)
+        + (type(k)(7.0) - type(k)(10.0) * k2 + type(k)(3.0) * k2 * k2) * t4 / type(k)(360.0)
+    )
+
+
+@wp.func
+def slerp(q0: Any, q1: Any, alpha: Any):
+    """Shortest-arc slerp of unit quaternions; returns q0 / q1 bit-exactly at alpha 0 / 1."""
+    d = wp.dot(q0, q1)
+    q1s = q1
+    if d < type(d)(0.0):
+        # Shortest arc: interpolate towards -q1 (the same rotation).
+        q1s = -q1
+        d = -d
+    d = wp.min(d, type(d)(1.0))
+    e = type(d)(1.0) - d  # 1 - cos(th), th = half the rotation angle between the keys
+    w0 = type(d)(1.0) - alpha
+    w1 = alpha
+    if e < type(d)(_SLERP_SERIES_BELOW):
+        t2 = type(d)(2.0) * e + e * e / type(d)(3.0)  # th^2 = acos(1 - e)^2 to O(e^3)
+        w0 = slerp_weight_series(type(d)(1.0) - alpha, t2)
+        w1 = slerp_weight_series(alpha, t2)
+    else:
+        th = wp.acos(d)
+        st = wp.sin(th)
+        w0 = wp.sin((type(d)(1.0) - alpha) * th) / st
+        w1 = wp.sin(alpha * th) / st
+    q = wp.normalize(q0 * w0 + q1s * w1)
+    # Exact key poses at the keys (normalize() would move them by an ulp).
+    if alpha == type(d)(0.0):
+        q = q0
+    if alpha == type(d)(1.0):
+        q = q1
+    return q
+
+
+@wp.func
+def track_pose(
+    t: Any,
+    a: int,
+    key_offsets: wp.array(dtype=wp.int32),
+    key_times: wp.array(dtype=Any),
+    key_translations: wp.array(dtype=Any),
+    key_quats: wp.array(dtype=Any),
+    corr_translations: wp.array(dtype=Any),
+    corr_rotations: wp.array(dtype=Any),
+    has_corr: int,
+):
+    """Pose (quaternion, translation) of actor ``a`` at time ``t`` and whether its track covers t.
+
+    Slerp + lerp between the two keys around t; outside the track the end pose is held. The
+    segment is the one whose right key is the first key strictly after t, so a query exactly at
+    key j returns key j with alpha == 0, bit-exactly.
+    """
+    b = key_offsets[a]
+    e = key_offsets[a + 1]
+    zero = type(t)(0.0)
+    one = type(t)(1.0)
+    q = wp.quaternion(zero, zero, zero, one)
+    p = wp.vector(zero, zero, zero)
+    visible = zero
+    if e > b:
+        # First key in [b+1, e) with time >= t (e-1 when none), then step past a key equal to t.
+        i1 = b
+        if e - b > 1:
+            i1 = wp.lower_bound(key_times, b + 1, e, t)
+            if key_times[i1] == t and i1 < e - 1:
+                i1 = i1 + 1
+        i0 = wp.max(i1 - 1, b)
+        t0 = key_times[i0]
+        t1 = key_times[i1]
+        alpha = zero
+        if t1 > t0:
+            alpha = wp.clamp((t - t0) / (t1 - t0), zero, one)
+        q0 = load_quat(key_quats[i0])
+        q1 = load_quat(key_quats[i1])
+        p0 = key_translations[i0]
+        p1 = key_translations[i1]
+        if has_corr != 0:
+            q0 = so3_exp(corr_rotations[i0]) * q0
+            q1 = so3_exp(corr_rotations[i1]) * q1
+            p0 = p0 + corr_translations[i0]
+            p1 = p1 + corr_translations[i1]
+        q = slerp(q0, q1, alpha)
+        p = p0 * (one - alpha) + p1 * alpha
+        if t >= key_times[b] and t <= key_times[e - 1]:
+            visible = one
+    return q, p, visible
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels
+
+
+@wp.kernel(enable_backward=False)
+def interpolate_forward(
+    t: wp.array(dtype=Any),  # [1] query time, seconds
+    num_static: int,
+    static_means: wp.array(dtype=Any),  # [Ns] vec3
+    static_quats: wp.array(dtype=Any),  # [Ns] vec4 (w, x, y, z)
+    actor_means: wp.array(dtype=Any),  # [Na] vec3, box frame
+    actor_quats: wp.array(dtype=Any),  # [Na] vec4 (w, x, y, z), box frame
+    actor_index: wp.array(dtype=wp.int32),  # [Na]
+    key_offsets: wp.array(dtype=wp.int32),  # [A+1]
+    key_times: wp.array(dtype=Any),  # [K]
+    key_translations: wp.array(dtype=Any),  # [K] vec3
+    key_quats: wp.array(dtype=Any),  # [K] vec4 (w, x, y, z)
+    corr_translations: wp.array(dtype=Any),  # [K] vec3 or empty
+    corr_rotations: wp.array(dtype=Any),  # [K] vec3 or empty
+    has_corr: int,
+    out_means: wp.array(dtype=Any),  # [Ns+Na] vec3, world
+    out_quats: wp.array(dtype=Any),  # [Ns+Na] vec4 (w, x, y, z), world
+    out_visible: wp.array(dtype=Any),  # [Ns+Na] 1 or 0
+):
+    i = wp.tid()
+    if i < num_static:
+        out_means[i] = static_means[i]
+        out_quats[i] = static_quats[i]
+        out_visible[i] = type(out_visible[i])(1.0)
+    else:
+        j = i - num_static
+        a = actor_index[j]
+        num_actors = key_offsets.shape[0] - 1
+        qv = actor_quats[j]
+        m = actor_means[j]
+        vis = type(qv[0])(0.0)
+        if a >= 0 and a < num_actors:
+            q, p, vis = track_pose(
+                t[0], a, key_offsets, key_times, key_translations, key_quats,
+                corr_translations, corr_rotations, has_corr,
+            )  # fmt: skip
+            m = wp.quat_rotate(q, m) + p
+            qv = store_quat(q * load_quat(qv))
+        out_means[i] = m
+        out_quats[i] = qv
+        out_visible[i] = vis
+
+
+@wp.kernel(enable_backward=False)
+def interpolate_backward_actors(
+    t: wp.array(dtype=Any),  # [1]
+    num_static: int,
+    num_actor_gaussians: int,
+    actor_means: wp.array(dtype=Any),  # [Na] vec3
+    actor_quats: wp.array(dtype=Any),  # [Na] vec4 (w, x, y, z)
+    actor_index: wp.array(dtype=wp.int32),  # [Na]
+    key_offsets: wp.array(dtype=wp.int32),  # [A+1]
+    key_times: wp.array(dtype=Any),  # [K]
+    key_translations: wp.array(dtype=Any),  # [K] vec3
+    key_quats: wp.array(dtype=Any),  # [K] vec4
+    corr_translations: wp.array(dtype=Any),  # [K] vec3 or empty
+    corr_rotations: wp.array(dtype=Any),  # [K] vec3 or empty
+    has_corr: int,
+    grad_out_means: wp.array(dtype=Any),  # [Ns+Na] vec3
+    grad_out_quats: wp.array(dtype=Any),  # [Ns+Na] vec4
+    accumulate_pose: int,
+    grad_actor_means: wp.array(dtype=Any),  # [Na] vec3
+    grad_actor_quats: wp.array(dtype=Any),  # [Na] vec4
+    grad_pose_quats: wp.array(dtype=Any),  # [A] vec4 (w, x, y, z), accumulated
+    grad_pose_translations: wp.array(dtype=Any),  # [A] vec3, accumulated
+):
+    """Gradients of the actor Gaussians, and (when ``accumulate_pose``) of each actor's pose.
+
+    Launch with a dimension rounded up to a multiple of the block size: the per-block
+    reduction needs every thread of a block.
+    """
+    j = wp.tid()
+    num_actors = key_offsets.shape[0] - 1
+    zero = type(t[0])(0.0)
+    gq_pose = wp.vector(zero, zero, zero, zero)  # dL/d(pose quaternion), (w, x, y, z)
+    gp_pose = wp.vector(zero, zero, zero)  # dL/d(pose translation)
+    a = -1
+    if j < num_actor_gaussians:
+        a = actor_index[j]
+        if a >= 0 and a < num_actors:
+            q, p, vis = track_pose(
+                t[0], a, key_offsets, key_times, key_translations, key_quats,
+                corr_translations, corr_rotations, has_corr,
+            )  # fmt: skip
+            m = actor_means[j]
+            ql = load_quat(actor_quats[j])
+            gm = grad_out_means[num_static + j]
+            gq = load_quat(grad_out_quats[num_static + j])
+            # mean_w = rotate(q, m) + p  ->  dL/dm = R^T gm.
+            grad_actor_means[j] = wp.quat_rotate_inv(q, gm)
+            # quat_w = q * ql: left multiplication by q is a linear map whose transpose is the
+            # left multiplication by conj(q); right multiplication by ql likewise with conj(ql).
+            grad_actor_quats[j] = store_quat(wp.quat_inverse(q) * gq)
+            if accumulate_pose != 0:
+                # Derivative of Warp's quat_rotate(q, m) = m (2w^2 - 1) + 2 u (u.m) + 2 w (u x m),
+                # u = (x, y, z), contracted with gm.
+                u = wp.vector(q[0], q[1], q[2])
+                w = q[3]
+                two = type(w)(2.0)
+                gu = gm * (two * wp.dot(u, m)) + m * (two * wp.dot(u, gm)) + wp.cross(m, gm) * (two * w)
+                gw = type(w)(4.0) * w * wp.dot(gm, m) + two * wp.dot(gm, wp.cross(u, m))
+                gqp = gq * wp.quat_inverse(ql)
+                gq_pose = wp.vector(gw + gqp[3], gu[0] + gqp[0], gu[1] + gqp[1], gu[2] + gqp[2])
+                gp_pose = gm
+        else:
+            # Actors without a track pass through unchanged (identity pose).
+            grad_actor_means[j] = grad_out_means[num_static + j]
+            grad_actor_quats[j] = grad_out_quats[num_static + j]
+    if accumulate_pose != 0:
+        # Sum over the block the contributions of the block's first actor, then one atomic per
+        # block; threads of any other actor (a block straddling two actors, or unsorted input)
+        # add their own. Every thread of the block reaches the tile ops (uniform branch).
+        first = j - j % wp.block_dim()
+        a_first = actor_index[wp.min(first, num_actor_gaussians - 1)]
+        same = a == a_first and a >= 0 and a < num_actors
+        sq = gq_pose * zero
+        sp = gp_pose * zero
+        if same:
+            sq = gq_pose
+            sp = gp_pose
+        tq = wp.tile_sum(wp.tile(sq, preserve_type=True))
+        tp = wp.tile_sum(wp.tile(sp, preserve_type=True))
+        if a_first >= 0 and a_first < num_actors:
+            wp.tile_atomic_add(grad_pose_quats, tq, offset=a_first)
+            wp.tile_atomic_add(grad_pose_translations, tp, offset=a_first)
+        if not same and a >= 0 and a < num_actors:
+            wp.atomic_add(grad_pose_quats, a, gq_pose)
+            wp.atomic_add(grad_pose_translations, a, gp_pose)
+
+
+@wp.kernel
+def actor_poses(
+    t: wp.array(dtype=Any),  # [1]
+    key_offsets: wp.array(dtype=wp.int32),  # [A+1]
+    key_times: wp.array(dtype=Any),  # [K]
+    key_translations: wp.array(dtype=Any),  # [K] vec3
+    key_quats: wp.array(dtype=Any),  # [K] vec4 (w, x, y, z)
+    corr_translations: wp.array(dtype=Any),  # [K] vec3 or empty
+    corr_rotations: wp.array(dtype=Any),  # [K] vec3 or empty
+    has_corr: int,
+    out_quats: wp.array(dtype=Any),  # [A] vec4 (w, x, y, z)
+    out_translations: wp.array(dtype=Any),  # [A] vec3
+    out_visible: wp.array(dtype=Any),  # [A]
+):
+    a = wp.tid()
+    q, p, vis = track_pose(
+        t[0], a, key_offsets, key_times, key_translations, key_quats,
+        corr_translations, corr_rotations, has_corr,
+    )  # fmt: skip
+    out_quats[a] = store_quat(q)
+    out_translations[a] = p
+    out_visible[a] = vis
+
+
+# ---------------------------------------------------------------------------------------------
+# Overloads: float32 (GPU path) and float64 (gradient checks). Declared explicitly so that
+# ahead-of-time compilation sees them all.
+
+
+_OVERLOADS: dict[type, dict[str, wp.Kernel]] = {}
+
+
+def overloads(scalar: type) -> dict[str, wp.Kernel]:
+    """The concrete kernels for ``scalar`` (wp.float32 or wp.float64), by kernel name.
+
+    Launching these rather than the generic kernels skips Warp's per-launch type inference.
+    """
+    return _OVERLOADS[scalar]
+
+
+def _declare_overloads(scalar: type) -> None:
+    vec3 = wp.types.vector(3, scalar)
+    vec4 = wp.types.vector(4, scalar)
+    s = wp.array(dtype=scalar)
+    v3 = wp.array(dtype=vec3)
+    v4 = wp.array(dtype=vec4)
+    i32 = wp.array(dtype=wp.int32)
+    keys = {
+        "key_offsets": i32,
+        "key_times": s,
+        "key_translations": v3,
+        "key_quats": v4,
+        "corr_translations": v3,
+        "corr_rotations": v3,
+        "has_corr": int,
+    }
+    found = _OVERLOADS[scalar] = {}
+    found["interpolate_forward"] = wp.overload(
+        interpolate_forward,
+        {
+            "t": s,
+            "num_static": int,
+            "static_means": v3,
+            "static_quats": v4,
+            "actor_means": v3,
+            "actor_quats": v4,
+            "actor_index": i32,
+            **keys,
+            "out_means": v3,
+            "out_quats": v4,
+            "out_visible": s,
+        },
+    )
+    found["interpolate_backward_actors"] = wp.overload(
+        interpolate_backward_actors,
+        {
+            "t": s,
+            "num_static": int,
+            "num_actor_gaussians": int,
+            "actor_means": v3,
+            "actor_quats": v4,
+            "actor_index": i32,
+            **keys,
+            "grad_out_means": v3,
+            "grad_out_quats": v4,
+            "accumulate_pose": int,
+            "grad_actor_means": v3,
+            "grad_actor_quats": v4,
+            "grad_pose_quats": v4,
+            "grad_pose_translations": v3,
+        },
+    )
+    found["actor_poses"] = wp.overload(
+        actor_poses,
+        {"t": s, **keys, "out_quats": v4, "out_translations": v3, "out_visible": s},
+    )
+
+
+_declare_overloads(wp.float32)
+_declare_overloads(wp.float64)
