@@ -37,7 +37,12 @@ CAMERA_PARAM_LAYOUT = {
 
 # Compositing constants shared with the rasterizer and the torch twin.
 EPS_2D = 0.3  # pixels^2 added to every 2D covariance (a pixel's footprint)
-SIGMA_EXTENT = 3.0  # radius of a splat in standard deviations
+ALPHA_MIN = 1.0 / 255.0  # the compositor skips smaller alphas, so a splat ends where it would reach them
+# The linearisation behind EWA splatting fails far outside the view: the Jacobian of the
+# perspective models is taken at the point clamped to the image plus this fraction of
+# its size on each side (otherwise a point just past the near plane and off to the side
+# becomes a splat that covers the whole image).
+FRUSTUM_MARGIN = 0.15
 
 SH_C0 = 0.28209479177387814
 SH_C1 = 0.4886025119029199
@@ -101,7 +106,39 @@ def make_projection_kernel(float_t):
         return vec2(u, v), J
 
     @wp.func
-    def project_point(model: int, k: vec16, p: vec3, near: float_t):
+    def opencv_radial(k: vec16, r2: float_t):
+        """Radial factor (1 + k1 r2 + k2 r4 + k3 r6) / (1 + k4 r2 + k5 r4 + k6 r6) and its derivative in r2."""
+        a = float_t(1.0) + r2 * (k[4] + r2 * (k[5] + r2 * k[6]))
+        b = float_t(1.0) + r2 * (k[7] + r2 * (k[8] + r2 * k[9]))
+        da = k[4] + r2 * (float_t(2.0) * k[5] + float_t(3.0) * r2 * k[6])
+        db = k[7] + r2 * (float_t(2.0) * k[8] + float_t(3.0) * r2 * k[9])
+        return a / b, (da * b - a * db) / (b * b)
+
+    @wp.func
+    def opencv_distort(k: vec16, xn: float_t, yn: float_t):
+        r2 = xn * xn + yn * yn
+        radial, drad = opencv_radial(k, r2)
+        p1 = k[10]
+        p2 = k[11]
+        xd = xn * radial + float_t(2.0) * p1 * xn * yn + p2 * (r2 + float_t(2.0) * xn * xn)
+        yd = yn * radial + p1 * (r2 + float_t(2.0) * yn * yn) + float_t(2.0) * p2 * xn * yn
+        return xd, yd
+
+    @wp.func
+    def opencv_jacobian(k: vec16, xn: float_t, yn: float_t):
+        """d(distorted)/d(normalised) of the OpenCV model at (xn, yn)."""
+        r2 = xn * xn + yn * yn
+        radial, drad = opencv_radial(k, r2)
+        p1 = k[10]
+        p2 = k[11]
+        xy2 = float_t(2.0) * xn * yn * drad
+        return mat22(radial + float_t(2.0) * xn * xn * drad + float_t(2.0) * p1 * yn + float_t(6.0) * p2 * xn,
+                     xy2 + float_t(2.0) * p1 * xn + float_t(2.0) * p2 * yn,
+                     xy2 + float_t(2.0) * p1 * xn + float_t(2.0) * p2 * yn,
+                     radial + float_t(2.0) * yn * yn * drad + float_t(6.0) * p1 * yn + float_t(2.0) * p2 * xn)
+
+    @wp.func
+    def project_point(model: int, k: vec16, p: vec3, near: float_t, width: int, height: int):
         """Pixel of camera-frame point p, its Jacobian, and whether the model can see it."""
         x = p[0]
         y = p[1]
@@ -118,29 +155,20 @@ def make_projection_kernel(float_t):
                 ok = False
                 z = near  # keep the maths finite; the result is discarded
             iz = float_t(1.0) / z
+            mx = float_t(FRUSTUM_MARGIN) * float_t(width)
+            my = float_t(FRUSTUM_MARGIN) * float_t(height)
+            xj = wp.clamp(x * iz, (float_t(-0.5) - mx - cx) / fx, (float_t(width) - float_t(0.5) + mx - cx) / fx)
+            yj = wp.clamp(y * iz, (float_t(-0.5) - my - cy) / fy, (float_t(height) - float_t(0.5) + my - cy) / fy)
+            P = mat23(iz, float_t(0.0), -xj * iz, float_t(0.0), iz, -yj * iz)
+            # the pixel itself from the true point; the distortion's Jacobian at the clamped one
             xn = x * iz
             yn = y * iz
-            P = mat23(iz, float_t(0.0), -xn * iz, float_t(0.0), iz, -yn * iz)
             D = mat22(float_t(1.0), float_t(0.0), float_t(0.0), float_t(1.0))
             xd = xn
             yd = yn
             if model == MODEL_OPENCV:
-                r2 = xn * xn + yn * yn
-                a = float_t(1.0) + r2 * (k[4] + r2 * (k[5] + r2 * k[6]))
-                b = float_t(1.0) + r2 * (k[7] + r2 * (k[8] + r2 * k[9]))
-                da = k[4] + r2 * (float_t(2.0) * k[5] + float_t(3.0) * r2 * k[6])
-                db = k[7] + r2 * (float_t(2.0) * k[8] + float_t(3.0) * r2 * k[9])
-                radial = a / b
-                drad = (da * b - a * db) / (b * b)
-                p1 = k[10]
-                p2 = k[11]
-                xd = xn * radial + float_t(2.0) * p1 * xn * yn + p2 * (r2 + float_t(2.0) * xn * xn)
-                yd = yn * radial + p1 * (r2 + float_t(2.0) * yn * yn) + float_t(2.0) * p2 * xn * yn
-                xy2 = float_t(2.0) * xn * yn * drad
-                D = mat22(radial + float_t(2.0) * xn * xn * drad + float_t(2.0) * p1 * yn + float_t(6.0) * p2 * xn,
-                          xy2 + float_t(2.0) * p1 * xn + float_t(2.0) * p2 * yn,
-                          xy2 + float_t(2.0) * p1 * xn + float_t(2.0) * p2 * yn,
-                          radial + float_t(2.0) * yn * yn * drad + float_t(6.0) * p1 * yn + float_t(2.0) * p2 * xn)
+                xd, yd = opencv_distort(k, xn, yn)
+                D = opencv_jacobian(k, xj, yj)
             uv = vec2(fx * xd + cx, fy * yd + cy)
             F = mat22(fx, float_t(0.0), float_t(0.0), fy)
             J = F * D * P
@@ -230,6 +258,7 @@ def make_projection_kernel(float_t):
         scales: wp.array(dtype=vec3),  # [N] linear standard deviations
         sh: wp.array3d(dtype=float_t),  # [N, K, 3] SH coefficients, or [N, 1, 3] colours when sh_degree < 0
         sh_degree: int,  # -1: sh holds final colours
+        opacities: wp.array(dtype=float_t),  # [N] in [0, 1]: bounds how far a splat can reach ALPHA_MIN
         cam_q0: wp.array(dtype=vec4),  # [C] T_camera_world rotation (w, x, y, z) at readout start
         cam_t0: wp.array(dtype=vec3),  # [C] T_camera_world translation at readout start
         cam_q1: wp.array(dtype=vec4),  # [C] ... at readout end, same hemisphere as cam_q0
@@ -259,16 +288,20 @@ def make_projection_kernel(float_t):
         R, t = pose_at(to_quat(cam_q0[c]), cam_t0[c], to_quat(cam_q1[c]), cam_t1[c], float_t(0.5))
         shutter = cam_shutter[c]
         if shutter != SHUTTER_GLOBAL:
-            uv0, J0, ok0 = project_point(model, k, R * mean + t, near)
+            uv0, J0, ok0 = project_point(model, k, R * mean + t, near, width, height)
             a = line_fraction(shutter, uv0, width, height)
             R, t = pose_at(to_quat(cam_q0[c]), cam_t0[c], to_quat(cam_q1[c]), cam_t1[c], a)
 
         p = R * mean + t
-        uv, J, ok = project_point(model, k, p, near)
+        uv, J, ok = project_point(model, k, p, near, width, height)
         depth = p[2]
         if model == MODEL_OPENCV_FISHEYE or model == MODEL_FTHETA:
             depth = wp.length(p)
         if not ok or depth > far:
+            return
+        # alpha = opacity exp(-d^2 / 2) reaches ALPHA_MIN at d^2 = 2 ln(opacity / ALPHA_MIN)
+        reach = float_t(2.0) * wp.log(opacities[i] / float_t(ALPHA_MIN))
+        if reach <= float_t(0.0):
             return
 
         q = wp.normalize(to_quat(quats[i]))
@@ -287,7 +320,7 @@ def make_projection_kernel(float_t):
         inv_det = float_t(1.0) / det
         mid = float_t(0.5) * (a2 + c2)
         lam = mid + wp.sqrt(wp.max(float_t(0.1), mid * mid - det))
-        radius = wp.ceil(float_t(SIGMA_EXTENT) * wp.sqrt(lam))
+        radius = wp.ceil(wp.sqrt(reach * lam))
         if (uv[0] + radius <= float_t(-0.5) or uv[0] - radius >= float_t(width) - float_t(0.5)
                 or uv[1] + radius <= float_t(-0.5) or uv[1] - radius >= float_t(height) - float_t(0.5)):
             return

@@ -168,7 +168,7 @@ class _RenderCameras(torch.autograd.Function):
         radii = torch.zeros(c, n, dtype=torch.int32, device=device)
         colors = torch.zeros(c, n, 3, dtype=dtype, device=device)
         project_inputs = [
-            to_wp(means, v3), to_wp(quats, v4), to_wp(scales, v3), to_wp(sh), int(sh_degree),
+            to_wp(means, v3), to_wp(quats, v4), to_wp(scales, v3), to_wp(sh), int(sh_degree), to_wp(opacities),
             to_wp(cams.rot_start, v4), to_wp(cams.trans_start, v3), to_wp(cams.rot_end, v4),
             to_wp(cams.trans_end, v3), to_wp(cams.model), to_wp(cams.params, v16), to_wp(cams.shutter),
             w, h, fwp(settings.near), fwp(settings.far)]
@@ -259,14 +259,16 @@ class _RenderCameras(torch.autograd.Function):
                                to_wp(g_opacities)], device=wdev, block_dim=kraster.TILE_PIXELS)
             # Projection backward: Warp's adjoint of the projection kernel, fed the raster's gradients.
             inputs = [to_wp(means, v3), to_wp(quats, v4), to_wp(scales, v3), to_wp(sh), int(ctx.sh_degree),
-                      to_wp(cams.rot_start, v4), to_wp(cams.trans_start, v3), to_wp(cams.rot_end, v4),
+                      to_wp(opacities), to_wp(cams.rot_start, v4), to_wp(cams.trans_start, v3), to_wp(cams.rot_end, v4),
                       to_wp(cams.trans_end, v3), to_wp(cams.model), to_wp(cams.params, v16), to_wp(cams.shutter),
                       w, h, fwp(settings.near), fwp(settings.far)]
             scratch = [torch.zeros_like(t) for t in (means2d, conics, depths, radii, colors)]
             outputs = [to_wp(scratch[0], v2), to_wp(scratch[1], v3), to_wp(scratch[2]), to_wp(scratch[3]),
                        to_wp(scratch[4], v3)]
+            # opacities only set the splat's extent (piecewise constant): their adjoint is discarded
             adj_inputs = [to_wp(g_means, v3), to_wp(g_quats, v4), to_wp(g_scales, v3), to_wp(g_sh), 0,
-                          None, None, None, None, None, None, None, 0, 0, fwp(0.0), fwp(0.0)]
+                          to_wp(torch.zeros_like(opacities)), None, None, None, None, None, None, None, 0, 0,
+                          fwp(0.0), fwp(0.0)]
             adj_outputs = [to_wp(g_means2d, v2), to_wp(g_conics, v3), to_wp(g_depths), None, to_wp(g_colors, v3)]
             wp.launch(project, dim=(c, n), inputs=inputs, outputs=outputs, adj_inputs=adj_inputs,
                       adj_outputs=adj_outputs, adjoint=True, device=wdev)

@@ -146,7 +146,7 @@ SH_C2 = (1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.092548
 SH_C3 = (-0.5900435899266435, 2.890611442640554, -0.4570457994644658, 0.3731763325901154,
          -0.4570457994644658, 1.445305721320277, -0.5900435899266435)
 EPS_2D = 0.3
-SIGMA_EXTENT = 3.0
+FRUSTUM_MARGIN = 0.15
 TILE_SIZE = 16
 ALPHA_MIN = 1.0 / 255.0
 ALPHA_MAX = 0.99
@@ -187,6 +187,7 @@ def project_gaussians_reference(means: torch.Tensor,  # [N, 3]
                                 scales: torch.Tensor,  # [N, 3]
                                 sh: torch.Tensor,  # [N, K, 3], or [N, 1, 3] colours when sh_degree < 0
                                 sh_degree: int,
+                                opacities: torch.Tensor,  # [N]
                                 cams,  # nurec_usd.render.camera.CameraBatch
                                 near: float, far: float):
     """Twin of ``project_gaussians``: means2d [C, N, 2], conics [C, N, 3], depths [C, N], radii [C, N], colours [C, N, 3].
@@ -218,7 +219,7 @@ def project_gaussians_reference(means: torch.Tensor,  # [N, 3]
         def proj(p):
             return model.project(p)[0]
 
-        R, t = _camera_pose(cams, c, torch.tensor(0.5, dtype=means.dtype))
+        R, t = _camera_pose(cams, c, torch.tensor(0.5, dtype=means.dtype, device=means.device))
         shutter = shutters[int(cams.shutter[c])]
         if shutter == "global":
             Rs, ts = R.expand(len(means), 3, 3), t.expand(len(means), 3)
@@ -229,7 +230,14 @@ def project_gaussians_reference(means: torch.Tensor,  # [N, 3]
             Rs, ts = _camera_pose(cams, c, frac.clamp(0, 1))
         p = torch.einsum("nij,nj->ni", Rs, means) + ts
         uv = proj(p)
-        J = vmap(jacrev(proj))(p)  # [N, 2, 3]
+        if wide:
+            J = vmap(jacrev(proj))(p)  # [N, 2, 3]
+        else:  # the Jacobian at the point clamped to the image plus a margin (see the kernel)
+            mx, my = FRUSTUM_MARGIN * w, FRUSTUM_MARGIN * h
+            z = p[:, 2:]
+            xj = torch.clamp(p[:, :1] / z, (-0.5 - mx - vals["cx"]) / vals["fx"], (w - 0.5 + mx - vals["cx"]) / vals["fx"])
+            yj = torch.clamp(p[:, 1:2] / z, (-0.5 - my - vals["cy"]) / vals["fy"], (h - 0.5 + my - vals["cy"]) / vals["fy"])
+            J = vmap(jacrev(proj))(torch.cat([xj * z, yj * z, z], -1))
         if wide:
             depth = p.norm(dim=-1)
             theta = torch.atan2(p[:, :2].norm(dim=-1), p[:, 2])
@@ -248,7 +256,10 @@ def project_gaussians_reference(means: torch.Tensor,  # [N, 3]
         det_safe = torch.where(ok, det, torch.ones_like(det))
         mid = 0.5 * (a2 + c2)
         lam = mid + torch.sqrt(torch.clamp(mid * mid - det, min=0.1))
-        radius = torch.ceil(SIGMA_EXTENT * torch.sqrt(lam))
+        # the splat ends where alpha = opacity exp(-d^2/2) falls below ALPHA_MIN
+        reach = 2 * torch.log(opacities / ALPHA_MIN)
+        ok = ok & (reach > 0)
+        radius = torch.ceil(torch.sqrt(reach.clamp_min(0) * lam))
         ok = ok & ~((uv[:, 0] + radius <= -0.5) | (uv[:, 0] - radius >= w - 0.5)
                     | (uv[:, 1] + radius <= -0.5) | (uv[:, 1] - radius >= h - 0.5))
         conic = torch.stack([c2 / det_safe, -b2 / det_safe, a2 / det_safe], -1)
@@ -277,8 +288,8 @@ def rasterize_reference(means2d: torch.Tensor,  # [C, N, 2]
     """Twin of the tile rasterizer, dense: every pixel against every Gaussian whose tile
     rectangle holds the pixel's tile. Returns rgb [C, H, W, 3], alpha [C, H, W], depth [C, H, W]."""
     rgbs, alphas, ds = [], [], []
-    v, u = torch.meshgrid(torch.arange(height, dtype=means2d.dtype), torch.arange(width, dtype=means2d.dtype),
-                          indexing="ij")
+    v, u = torch.meshgrid(torch.arange(height, dtype=means2d.dtype, device=means2d.device),
+                          torch.arange(width, dtype=means2d.dtype, device=means2d.device), indexing="ij")
     pix = torch.stack([u.reshape(-1), v.reshape(-1)], -1)  # [P, 2]
     ptx, pty = (pix[:, 0] // TILE_SIZE).long(), (pix[:, 1] // TILE_SIZE).long()
     tiles_x, tiles_y = math.ceil(width / TILE_SIZE), math.ceil(height / TILE_SIZE)
@@ -319,11 +330,11 @@ def render_cameras_reference(means, quats, scales, opacities, colors, cameras, s
     """Twin of ``nurec_usd.render.camera.render_cameras``: (rgb, alpha, depth, means2d, radii)."""
     c = len(cameras)
     if background is None:
-        background = torch.zeros(c, 3, dtype=means.dtype)
+        background = torch.zeros(c, 3, dtype=means.dtype, device=means.device)
     background = background.to(means.dtype).expand(c, 3)
     sh, degree = (colors[:, None, :], -1) if sh_degree is None else (colors, sh_degree)
     means2d, conics, depths, radii, rgbs = project_gaussians_reference(
-        means, quats, scales, sh, degree, cameras.to(means.dtype), near, far)
+        means, quats, scales, sh, degree, opacities, cameras.to(means.dtype), near, far)
     rgb, alpha, depth = rasterize_reference(means2d, conics, rgbs, depths, radii, opacities, background,
                                             cameras.width, cameras.height)
     return rgb, alpha, depth, means2d, radii
