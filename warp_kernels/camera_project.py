@@ -276,6 +276,7 @@ def make_projection_kernel(float_t):
         depths: wp.array2d(dtype=float_t),  # z for pinhole/opencv, distance for fisheye/f-theta
         radii: wp.array2d(dtype=wp.int32),  # pixels; 0 = culled
         colors: wp.array2d(dtype=vec3),
+        opacities2d: wp.array2d(dtype=float_t),  # the opacity again, per camera, for the rasterizer's gathers
     ):
         c, i = wp.tid()
         radii[c, i] = 0
@@ -329,6 +330,7 @@ def make_projection_kernel(float_t):
         conics[c, i] = vec3(c2 * inv_det, -b2 * inv_det, a2 * inv_det)
         depths[c, i] = depth
         radii[c, i] = wp.int32(radius)
+        opacities2d[c, i] = opacities[i]
         if sh_degree < 0:
             colors[c, i] = vec3(sh[i, 0, 0], sh[i, 0, 1], sh[i, 0, 2])
         else:

@@ -68,7 +68,7 @@ def make_binning_kernels(float_t):
         tiles_y: int,
         capacity: int,
         keys: wp.array(dtype=wp.int64),  # [>= capacity] out
-        values: wp.array(dtype=wp.int32),  # [>= capacity] out: Gaussian index
+        values: wp.array(dtype=wp.int32),  # [>= capacity] out: camera * N + Gaussian
         total: wp.array(dtype=wp.int32),  # [1] out: intersections wanted (may exceed capacity)
     ):
         c, i = wp.tid()
@@ -88,7 +88,7 @@ def make_binning_kernels(float_t):
                 if k < capacity:
                     tile = wp.int64(c * tiles_per_cam + ty * tiles_x + tx)
                     keys[k] = (tile << wp.int64(32)) | wp.int64(depth)
-                    values[k] = i
+                    values[k] = flat
                 k += 1
 
     return count_tiles, emit_keys

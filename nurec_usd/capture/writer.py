@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,10 @@ class CaptureWriter:
         if image_format not in ("png", "jpg"):
             raise ValueError(f"image_format must be 'png' or 'jpg', got {image_format!r}")
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.", suffix=".partial", dir=self.out_dir.parent))
+        # a hidden sibling (same file system, so the final rename is atomic); made with mkdir
+        # rather than mkdtemp so the capture gets ordinary permissions
+        self._tmp = self.out_dir.parent / f".{self.out_dir.name}.{uuid.uuid4().hex[:12]}.partial"
+        self._tmp.mkdir()
         self.image_format = image_format
         self._manifest: dict[str, Any] = {
             "format": "nurec_usd.capture",

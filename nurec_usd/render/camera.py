@@ -144,6 +144,14 @@ def _kernels(dtype: torch.dtype):
     raise ValueError(f"Gaussians must be float32 or float64, got {dtype}")
 
 
+def _flat(tensors, dtype: torch.dtype) -> list:
+    """Per-(camera, Gaussian) tensors [C, N, (k)] as flat Warp arrays [C * N] of vec_k (or scalars)."""
+    out = []
+    for t in tensors:
+        out.append(to_wp(t.view(-1, t.shape[-1]), _vec(t.shape[-1], dtype)) if t.dim() == 3 else to_wp(t.view(-1)))
+    return out
+
+
 def _vec(n: int, dtype: torch.dtype):
     """The Warp vector type of length n for a torch float dtype."""
     return wp.types.vector(n, wp.float32 if dtype == torch.float32 else wp.float64)
@@ -167,12 +175,14 @@ class _RenderCameras(torch.autograd.Function):
         depths = torch.zeros(c, n, dtype=dtype, device=device)
         radii = torch.zeros(c, n, dtype=torch.int32, device=device)
         colors = torch.zeros(c, n, 3, dtype=dtype, device=device)
+        opacities2d = torch.zeros(c, n, dtype=dtype, device=device)
         project_inputs = [
             to_wp(means, v3), to_wp(quats, v4), to_wp(scales, v3), to_wp(sh), int(sh_degree), to_wp(opacities),
             to_wp(cams.rot_start, v4), to_wp(cams.trans_start, v3), to_wp(cams.rot_end, v4),
             to_wp(cams.trans_end, v3), to_wp(cams.model), to_wp(cams.params, v16), to_wp(cams.shutter),
             w, h, fwp(settings.near), fwp(settings.far)]
-        project_outputs = [to_wp(means2d, v2), to_wp(conics, v3), to_wp(depths), to_wp(radii), to_wp(colors, v3)]
+        project_outputs = [to_wp(means2d, v2), to_wp(conics, v3), to_wp(depths), to_wp(radii), to_wp(colors, v3),
+                           to_wp(opacities2d)]
 
         counts = torch.empty(c * n, dtype=torch.int32, device=device)
         offsets = torch.empty(c * n, dtype=torch.int32, device=device)
@@ -205,15 +215,14 @@ class _RenderCameras(torch.autograd.Function):
             alpha = torch.empty(c, h, w, dtype=dtype, device=device)
             depth = torch.empty(c, h, w, dtype=dtype, device=device)
             last = torch.empty(c, h, w, dtype=torch.int32, device=device)
-            raster_inputs = [to_wp(ranges), to_wp(values), project_outputs[0], project_outputs[1],
-                             project_outputs[4], project_outputs[2], to_wp(opacities), to_wp(background, v3),
-                             tiles_x, tiles_x * tiles_y, w, h]
-            wp.launch(raster_fwd, dim=tiles * kraster.TILE_PIXELS, inputs=raster_inputs,
-                      outputs=[to_wp(rgb, v3), to_wp(alpha), to_wp(depth), to_wp(last)], device=wdev,
-                      block_dim=kraster.TILE_PIXELS)
+            raster_inputs = [to_wp(ranges), to_wp(values), *_flat((means2d, conics, colors, depths, opacities2d), dtype),
+                             to_wp(background, v3), tiles_x, tiles_x * tiles_y, w, h]
+            wp.launch_tiled(raster_fwd, dim=[tiles], inputs=raster_inputs,
+                            outputs=[to_wp(rgb, v3), to_wp(alpha), to_wp(depth), to_wp(last)], device=wdev,
+                            block_dim=kraster.TILE_PIXELS)
 
         ctx.save_for_backward(means, quats, scales, opacities, sh, background, means2d, conics, depths, radii,
-                              colors, ranges, values, alpha, last)
+                              colors, opacities2d, ranges, values, alpha, last)
         ctx.cams, ctx.sh_degree, ctx.settings = cams, sh_degree, settings
         ctx.tiles = (tiles_x, tiles_y)
         ctx.mark_non_differentiable(means2d, radii, total)
@@ -223,8 +232,8 @@ class _RenderCameras(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_rgb, grad_alpha, grad_depth, *_):
-        (means, quats, scales, opacities, sh, background, means2d, conics, depths, radii, colors, ranges, values,
-         alpha, last) = ctx.saved_tensors
+        (means, quats, scales, opacities, sh, background, means2d, conics, depths, radii, colors, opacities2d, ranges,
+         values, alpha, last) = ctx.saved_tensors
         cams, settings = ctx.cams, ctx.settings
         dtype, device = means.dtype, means.device
         project, _, _, _, raster_bwd = _kernels(dtype)
@@ -244,35 +253,37 @@ class _RenderCameras(torch.autograd.Function):
         g_conics = torch.zeros(c, n, 3, dtype=dtype, device=device)
         g_colors = torch.zeros(c, n, 3, dtype=dtype, device=device)
         g_depths = torch.zeros(c, n, dtype=dtype, device=device)
-        g_opacities = torch.zeros(n, dtype=dtype, device=device)
+        g_opacities2d = torch.zeros(c, n, dtype=dtype, device=device)
         g_means = torch.zeros_like(means)
         g_quats = torch.zeros_like(quats)
         g_scales = torch.zeros_like(scales)
         g_sh = torch.zeros_like(sh)
         with launch_stream(device) as wdev:
-            wp.launch(raster_bwd, dim=c * tiles_x * tiles_y * kraster.TILE_PIXELS,
-                      inputs=[to_wp(ranges), to_wp(values), to_wp(means2d, v2), to_wp(conics, v3),
-                              to_wp(colors, v3), to_wp(depths), to_wp(opacities), to_wp(background, v3),
-                              tiles_x, tiles_x * tiles_y, w, h, to_wp(alpha), to_wp(last), to_wp(grad_rgb, v3),
-                              to_wp(grad_alpha), to_wp(grad_depth)],
-                      outputs=[to_wp(g_means2d, v2), to_wp(g_conics, v3), to_wp(g_colors, v3), to_wp(g_depths),
-                               to_wp(g_opacities)], device=wdev, block_dim=kraster.TILE_PIXELS)
+            wp.launch_tiled(raster_bwd, dim=[c * tiles_x * tiles_y],
+                            inputs=[to_wp(ranges), to_wp(values),
+                                    *_flat((means2d, conics, colors, depths, opacities2d), dtype),
+                                    to_wp(background, v3), tiles_x, tiles_x * tiles_y, w, h, to_wp(alpha), to_wp(last),
+                                    to_wp(grad_rgb, v3), to_wp(grad_alpha), to_wp(grad_depth)],
+                            outputs=_flat((g_means2d, g_conics, g_colors, g_depths, g_opacities2d), dtype),
+                            device=wdev, block_dim=kraster.TILE_PIXELS)
             # Projection backward: Warp's adjoint of the projection kernel, fed the raster's gradients.
             inputs = [to_wp(means, v3), to_wp(quats, v4), to_wp(scales, v3), to_wp(sh), int(ctx.sh_degree),
                       to_wp(opacities), to_wp(cams.rot_start, v4), to_wp(cams.trans_start, v3), to_wp(cams.rot_end, v4),
                       to_wp(cams.trans_end, v3), to_wp(cams.model), to_wp(cams.params, v16), to_wp(cams.shutter),
                       w, h, fwp(settings.near), fwp(settings.far)]
-            scratch = [torch.zeros_like(t) for t in (means2d, conics, depths, radii, colors)]
+            scratch = [torch.zeros_like(t) for t in (means2d, conics, depths, radii, colors, opacities2d)]
             outputs = [to_wp(scratch[0], v2), to_wp(scratch[1], v3), to_wp(scratch[2]), to_wp(scratch[3]),
-                       to_wp(scratch[4], v3)]
+                       to_wp(scratch[4], v3), to_wp(scratch[5])]
             # opacities only set the splat's extent (piecewise constant): their adjoint is discarded
             adj_inputs = [to_wp(g_means, v3), to_wp(g_quats, v4), to_wp(g_scales, v3), to_wp(g_sh), 0,
                           to_wp(torch.zeros_like(opacities)), None, None, None, None, None, None, None, 0, 0,
                           fwp(0.0), fwp(0.0)]
-            adj_outputs = [to_wp(g_means2d, v2), to_wp(g_conics, v3), to_wp(g_depths), None, to_wp(g_colors, v3)]
+            adj_outputs = [to_wp(g_means2d, v2), to_wp(g_conics, v3), to_wp(g_depths), None, to_wp(g_colors, v3),
+                           to_wp(torch.zeros_like(opacities2d))]
             wp.launch(project, dim=(c, n), inputs=inputs, outputs=outputs, adj_inputs=adj_inputs,
                       adj_outputs=adj_outputs, adjoint=True, device=wdev)
         grad_background = (grad_rgb * (1.0 - alpha)[..., None]).sum(dim=(1, 2))
+        g_opacities = g_opacities2d.sum(0)
         return g_means, g_quats, g_scales, g_opacities, g_sh, grad_background, None, None, None
 
 
