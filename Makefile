@@ -38,7 +38,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	touch $@
 
-# Regenerate the bundled sample capture.
+# Regenerate the bundled sample capture (the synthetic `tiny` preset, seed 0, on the CPU)
+# and samples/contact_sheet.png.
 sample: setup
 	$(PY) samples/make_sample.py $(SAMPLE)
 

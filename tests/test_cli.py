@@ -54,23 +54,45 @@ def test_missing_directory(tmp_path):
 
 
 def test_bundled_sample_is_valid_and_up_to_date(tmp_path):
-    """samples/tiny validates and is what samples/make_sample.py writes today."""
+    """samples/tiny validates and is what `synth --preset tiny` (seed 0, CPU) writes today.
+
+    Compared with tolerances for another machine's floating point: manifest numbers to 1e-9, images
+    within 1 grey level (a stray pixel at a silhouette may flip: at most 0.1 %), sweeps point by point.
+    """
     import numpy as np
 
     from nurec_usd.capture import load_capture
-    from nurec_usd.capture.handmade import write_handmade_capture
+    from nurec_usd.synth import generate
+
+    def _assert_json_close(a, b, path: str, msg: str) -> None:
+        if isinstance(a, dict):
+            assert isinstance(b, dict) and a.keys() == b.keys(), f"{path} {msg}"
+            for k in a:
+                _assert_json_close(a[k], b[k], f"{path}.{k}", msg)
+        elif isinstance(a, list):
+            assert isinstance(b, list) and len(a) == len(b), f"{path} {msg}"
+            for i, (x, y) in enumerate(zip(a, b)):
+                _assert_json_close(x, y, f"{path}[{i}]", msg)
+        elif isinstance(a, float) or isinstance(b, float):
+            assert abs(a - b) <= 1e-9 * max(1.0, abs(a)), f"{path}: {a} != {b}: {msg}"
+        else:
+            assert a == b, f"{path}: {a!r} != {b!r}: {msg}"
 
     sample = REPO / "samples" / "tiny"
     r = run("validate", sample)
     assert r.returncode == 0, r.stderr
-    fresh = write_handmade_capture(tmp_path / "fresh")
-    assert json.loads((sample / "capture.json").read_text()) == json.loads((fresh / "capture.json").read_text())
+    fresh = generate("tiny", tmp_path / "fresh", seed=0, device="cpu", groundtruth_dir=None).capture_dir
+    stale = "differs from a fresh `synth --preset tiny` run: run `make sample`"
+    _assert_json_close(json.loads((sample / "capture.json").read_text()),
+                       json.loads((fresh / "capture.json").read_text()), "capture.json", stale)
     a, b = load_capture(sample), load_capture(fresh)
     for cam in a.cameras:
         for fa, fb in zip(a.cameras[cam].frames, b.cameras[cam].frames):
-            diff = np.abs(fa.load_image().astype(int) - fb.load_image().astype(int)).max()
-            assert diff <= 1, f"{fa.image_path} differs from a fresh render by {diff}: run `make sample`"
+            diff = np.abs(fa.load_image().astype(int) - fb.load_image().astype(int)).max(axis=-1)
+            assert (diff > 1).mean() <= 1e-3, f"{fa.image_path} {stale} (max diff {diff.max()})"
     for i in range(len(a.lidars["top"].sweeps)):
         sa, sb = a.lidars["top"].load_sweep(i), b.lidars["top"].load_sweep(i)
-        assert len(sa) == len(sb)
-        np.testing.assert_allclose(sa.points, sb.points, atol=1e-4)
+        assert abs(len(sa) - len(sb)) <= 0.002 * len(sa), f"sweep {i} {stale}"
+        if len(sa) == len(sb):
+            close = np.abs(sa.points - sb.points).max(axis=1) <= 1e-3
+            assert close.mean() >= 0.998, f"sweep {i} {stale}"

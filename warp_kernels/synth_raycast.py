@@ -48,7 +48,7 @@ K_TYRE = wp.constant(18)
 K_CLOTH = wp.constant(19)
 K_CONCRETE = wp.constant(20)
 
-# RGSS sub-pixel pattern needs no constant here: the host unprojects every sample's ray.
+# Shadow rays start this far off the surface (metres), clear of float32 self-intersection.
 SHADOW_EPS = wp.constant(0.02)
 
 
@@ -349,7 +349,8 @@ def occluded(scene: SynthScene, o: wp.vec3, d: wp.vec3, tk: float) -> bool:
         if rel >= 0.0 and rel <= float(count - 1):
             T = interp_keys(scene.actor_keys, scene.actor_key_offset[a], count, rel)
             Ti = wp.transform_inverse(T)
-            if wp.mesh_query_ray_anyhit(scene.actor_meshes[a], wp.transform_point(Ti, o), wp.transform_vector(Ti, d), 1.0e3):
+            ob = wp.transform_point(Ti, o)
+            if wp.mesh_query_ray_anyhit(scene.actor_meshes[a], ob, wp.transform_vector(Ti, d), 1.0e3):
                 return True
     return False
 
@@ -628,7 +629,8 @@ def car_part(kind: int, uv: wp.vec2, fw: float, seed: int, paint: wp.vec3, param
         # door seams and handles on the sides (v = height above the box bottom)
         seam = fline(uv[0], params[0], 0.012, fw) * fbox(uv[1], params[1], params[2], fw)
         col = wp.lerp(col, col * 0.35, seam)
-        handle = fbox(fmod_pos(uv[0] + 0.35, params[0]), 0.0, 0.2, fw) * fbox(uv[1], params[2] - 0.12, params[2] - 0.07, fw)
+        handle = fbox(fmod_pos(uv[0] + 0.35, params[0]), 0.0, 0.2, fw)
+        handle = handle * fbox(uv[1], params[2] - 0.12, params[2] - 0.07, fw)
         col = wp.lerp(col, wp.vec3(0.05), handle * 0.8)
         trim = fbox(uv[1], -1.0, params[1] + 0.06, fw)
         col = wp.lerp(col, wp.vec3(0.04, 0.04, 0.045), trim)

@@ -2,8 +2,8 @@
 
 Every camera model, a rolling shutter, a spinning lidar and two tracked actors, rendered
 by exact ray casting against planes and boxes, so its geometry is known in closed form.
-It backs the tests and the bundled sample until the procedural generator (``synth``)
-exists. Deterministic: the same call writes byte-identical files.
+The capture tests use it (it is fast, and independent of the ``synth`` generator that
+writes the bundled sample). Deterministic: the same call writes byte-identical files.
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
 """Differentiable rendering: torch autograd Functions over the Warp kernels in ``warp_kernels``.
 
-``reference.py`` holds a slow pure-torch twin of every kernel, for tests.
+- ``interpolate``: the fused time interpolation (actor poses at t, actor Gaussians into the world).
+- ``camera``: camera rendering (projection for every camera model with rolling shutter,
+  tile binning and sorting, compositing), forward and hand-written backward.
+- ``reference``: a slow pure-torch twin of every kernel, for tests.
+
+Import the sub-modules directly (``from nurec_usd.render.camera import render_cameras``):
+each imports torch and Warp, which this package's ``__init__`` does not.
 """

@@ -331,3 +331,51 @@ def render_cameras(
         means.contiguous(), quats.contiguous(), scales.contiguous(), opacities.contiguous(), sh.contiguous(),
         background, cams, degree, settings)
     return CameraRender(rgb, alpha, depth, means2d, radii, total, overflow)
+
+
+class IntersectionCapacity:
+    """Sizes the intersection buffers across training steps without a host sync inside a step.
+
+    Each render reports how many (camera, Gaussian, tile) intersections it wanted
+    (``CameraRender.intersections``, on the device). ``observe`` copies that count to pinned
+    host memory without blocking; a later ``settings()`` reads it once the copy has landed
+    (checked with an event, never waited on) and grows the capacity with headroom. A render
+    that overflowed says so in ``CameraRender.overflow``; the caller re-renders that step
+    with ``settings()`` after ``sync_grow()``, or skips it: overflow is never silent.
+    """
+
+    def __init__(self, initial: int = 1 << 20, headroom: float = 1.25):
+        self.capacity = int(initial)
+        self.headroom = float(headroom)
+        self._pending: list[tuple[torch.Tensor, object]] = []
+
+    def observe(self, render: CameraRender) -> None:
+        """Start a non-blocking copy of the render's wanted intersection count."""
+        count = render.intersections
+        if count.device.type == "cuda":
+            host = torch.empty(1, dtype=count.dtype, pin_memory=True)
+            host.copy_(count, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            self._pending.append((host, event))
+        else:
+            self._pending.append((count.clone(), None))
+
+    def _grow_to(self, wanted: int) -> None:
+        if wanted > self.capacity:
+            self.capacity = int(wanted * self.headroom)
+
+    def settings(self, **options) -> RenderSettings:
+        """Render settings with the current capacity, grown by every count that has arrived."""
+        still = []
+        for host, event in self._pending:
+            if event is None or event.query():
+                self._grow_to(int(host[0]))
+            else:
+                still.append((host, event))
+        self._pending = still
+        return RenderSettings(capacity=self.capacity, **options)
+
+    def sync_grow(self, render: CameraRender) -> None:
+        """After an overflow: wait for this render's count (one sync) and grow to fit it."""
+        self._grow_to(int(render.intersections.item()))

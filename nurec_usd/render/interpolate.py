@@ -212,7 +212,9 @@ def _warp():
     if _kernels is None:
         import warp as wp
 
-        wp.init()
+        from nurec_usd.render.warp_torch import init_warp
+
+        init_warp()
         import warp_kernels.interpolate as kernels
 
         for torch_dtype, scalar in ((torch.float32, wp.float32), (torch.float64, wp.float64)):

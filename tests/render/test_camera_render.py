@@ -234,3 +234,20 @@ def test_real_garden_points_float32_statistics():
     assert diff.mean() < 1e-4
     assert diff.max() < 5e-3
     assert (diff > 5e-5).float().mean() < 0.05
+
+
+def test_intersection_capacity_grows_without_losing_a_step():
+    from nurec_usd.render.camera import IntersectionCapacity
+
+    params = make_gaussians(300, torch.float32)
+    cams = make_cameras(torch.float32)
+    budget = IntersectionCapacity(initial=64)
+    first = render_cameras(*params, cams, sh_degree=3, settings=budget.settings())
+    assert bool(first.overflow), "64 intersections cannot hold this scene"
+    budget.observe(first)
+    budget.sync_grow(first)
+    again = render_cameras(*params, cams, sh_degree=3, settings=budget.settings())
+    assert not bool(again.overflow)
+    assert budget.capacity >= int(first.intersections)
+    exact = render_cameras(*params, cams, sh_degree=3)
+    torch.testing.assert_close(again.rgb, exact.rgb, atol=0, rtol=0)
