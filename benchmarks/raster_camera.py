@@ -85,6 +85,38 @@ def dump(folder: Path, name: str, ours: torch.Tensor, theirs: torch.Tensor, para
         Image.fromarray(pixels).save(folder / f"{name}_{tag}.png")
 
 
+def tune(args, device: torch.device) -> None:
+    """Forward and forward+backward times of our renderer with the rasterizer built under
+    several launch bounds (registers per thread against resident blocks per SM)."""
+    import warp_kernels.camera_raster as kraster
+
+    variants = [None, (256, 2), (256, 3), (256, 4)]
+    built = {lb: kraster.make_raster_kernels(kraster.wp.float32, kraster.warp_sum_f32, lb) for lb in variants[1:]}
+    print("| launch bounds | row | ours fwd | ours fwd+bwd |")
+    print("|---|---|---|---|")
+    for index in [int(i) for i in args.configs.split(",")]:
+        g, ncam, res = CONFIGS[index]
+        (means, quats, scales, opacities, colors), viewmats, Ks, w, h = build_inputs(args.data, g, device)
+        Ks = Ks.clone()
+        Ks[:, :2] *= res
+        cams = CameraBatch.pinhole(viewmats[:ncam].to(device), Ks[:ncam].to(device), w * res, h * res)
+        params = [means, quats, scales, opacities, colors]
+        leaves = [p.clone().requires_grad_(True) for p in params]
+        settings = RenderSettings(capacity=int(int(render_cameras(*params, cams).intersections) * 1.2))
+        default = (kraster.rasterize_forward_f32, kraster.rasterize_backward_f32)
+        for lb in variants:
+            kraster.rasterize_forward_f32, kraster.rasterize_backward_f32 = default if lb is None else built[lb]
+
+            def fwd_bwd():
+                o = render_cameras(*leaves, cams, settings=settings)
+                o.rgb.sum().backward()
+
+            f = cuda_time(lambda: render_cameras(*params, cams, settings=settings), args.reps)
+            fb = cuda_time(fwd_bwd, args.reps)
+            print(f"| {lb or 'default'} | {index} | {f:.2f} ms | {fb:.2f} ms |", flush=True)
+        kraster.rasterize_forward_f32, kraster.rasterize_backward_f32 = default
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, required=True, help="garden/test_garden.npz")
@@ -92,9 +124,14 @@ def main() -> None:
     ap.add_argument("--no-gsplat", action="store_true")
     ap.add_argument("--configs", default="0,1,2,3", help="which rows to run (indices)")
     ap.add_argument("--profile", action="store_true", help="also print the CUDA kernels of one forward+backward")
+    ap.add_argument("--tune", action="store_true",
+                    help="time our float32 rasterizer under several CUDA launch bounds (no gsplat), then exit")
     ap.add_argument("--dump", type=Path, help="write our, gsplat's and our CPU image of each row's camera 0 as PNGs here")
     args = ap.parse_args()
     device = torch.device("cuda:0")
+    if args.tune:
+        tune(args, device)
+        return
     gsplat = None
     if not args.no_gsplat:
         import gsplat  # noqa: F811

@@ -80,8 +80,12 @@ def warp_sum_f64(x: wp.float64) -> wp.float64:
     ...
 
 
-def make_raster_kernels(float_t, warp_sum):
+def make_raster_kernels(float_t, warp_sum, launch_bounds=None):
     """Forward and backward rasterization kernels for one float type.
+
+    ``launch_bounds`` (CUDA ``__launch_bounds__``, e.g. ``(256, 3)`` for three resident
+    blocks per SM) trades registers for occupancy; ``benchmarks/raster_camera.py --tune``
+    measures the choices.
 
     Launched tiled (``wp.launch_tiled(dim=[tiles], block_dim=TILE_PIXELS)``): one block per
     16x16 tile, one thread per pixel. Each block stages its tile's Gaussians BATCH at a time
@@ -100,7 +104,7 @@ def make_raster_kernels(float_t, warp_sum):
         tx = t - ty * tiles_x
         return c, tx * TILE_SIZE + lane % TILE_SIZE, ty * TILE_SIZE + lane // TILE_SIZE
 
-    @wp.kernel
+    @wp.kernel(launch_bounds=launch_bounds)
     def rasterize_forward(
         ranges: wp.array2d(dtype=wp.int32),  # [tiles, 2] slice of the sorted list per tile
         flat_ids: wp.array(dtype=wp.int32),  # [M] sorted values: camera * N + gaussian
@@ -168,7 +172,7 @@ def make_raster_kernels(float_t, warp_sum):
             out_depth[c, py, px] = depth
             out_last[c, py, px] = last
 
-    @wp.kernel
+    @wp.kernel(launch_bounds=launch_bounds)
     def rasterize_backward(
         ranges: wp.array2d(dtype=wp.int32),
         flat_ids: wp.array(dtype=wp.int32),

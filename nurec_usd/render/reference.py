@@ -338,3 +338,177 @@ def render_cameras_reference(means, quats, scales, opacities, colors, cameras, s
     rgb, alpha, depth = rasterize_reference(means2d, conics, rgbs, depths, radii, opacities, background,
                                             cameras.width, cameras.height)
     return rgb, alpha, depth, means2d, radii
+
+
+# =============================================================================================
+# Lidar rendering (twin of warp_kernels.lidar_project, lidar_binning, lidar_raster)
+#
+# Written from the definitions in those modules' docstrings, with plain torch ops: the
+# spherical map from nurec_usd.sensors.lidar and its Jacobian by autodiff, a dense
+# every-ray-against-every-Gaussian compositor with the tile membership of the binning,
+# and no chunks (a tile's list in one front-to-back walk).
+
+
+def _lidar_pose(lidar, a: torch.Tensor):
+    """T_lidar_world at sweep fractions a [...]: (R [..., 3, 3], t [..., 3])."""
+    a = torch.as_tensor(a, dtype=lidar.rot_start.dtype, device=lidar.rot_start.device)
+    q = quat_slerp(lidar.rot_start[0], lidar.rot_end[0], a)
+    t = lidar.trans_start[0] * (1 - a[..., None]) + lidar.trans_end[0] * a[..., None]
+    return quat_to_matrix(q), t
+
+
+def _sweep_azimuth(points: torch.Tensor, sign: float, start: float) -> torch.Tensor:
+    """Azimuth of lidar-frame points along the rotation from the start azimuth, in [0, 2 pi].  [..., 3] -> [...]"""
+    from nurec_usd.sensors.lidar import SpinningLidarModel
+
+    az, _, _ = SpinningLidarModel.spherical(points)
+    return torch.remainder(sign * (az - start), 2 * math.pi)
+
+
+def project_lidar_reference(means: torch.Tensor,  # [N, 3]
+                            quats: torch.Tensor,  # [N, 4] (w, x, y, z)
+                            scales: torch.Tensor,  # [N, 3]
+                            opacities: torch.Tensor,  # [N]
+                            intensities: torch.Tensor,  # [N]
+                            lidar,  # nurec_usd.render.lidar.LidarBatch
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Twin of ``project_lidar``: splats [N, 8] (alpha, elev, conic a, b, c, range, opacity,
+    intensity) and extents [N, 2], both zero where culled."""
+    from torch.func import jacrev, vmap
+
+    from nurec_usd.sensors.lidar import SpinningLidarModel
+    from warp_kernels.lidar_project import ALPHA_MIN as A_MIN
+    from warp_kernels.lidar_project import NEAR_SIGMAS
+
+    dtype = means.dtype
+    sign, start = lidar.sign, lidar.start_azimuth
+    # rolling shutter: one fixed-point step from the mid-sweep pose
+    R, t = _lidar_pose(lidar, torch.tensor(0.5, dtype=dtype))
+    p0 = means @ R.T + t
+    moved = p0[:, 0] ** 2 + p0[:, 1] ** 2 > 1e-20
+    a = torch.where(moved, (_sweep_azimuth(p0, sign, start) / (2 * math.pi)).clamp(max=1.0), torch.full_like(p0[:, 0], 0.5))
+    Rs, ts = _lidar_pose(lidar, a)
+    p = torch.einsum("nij,nj->ni", Rs, means) + ts
+    _, elev, rng = SpinningLidarModel.spherical(p)
+    alpha = _sweep_azimuth(p, sign, start)
+    rho2 = p[:, 0] ** 2 + p[:, 1] ** 2
+
+    def angles(q):  # the map whose Jacobian EWA needs: (sign * azimuth, elevation)
+        az, el, _ = SpinningLidarModel.spherical(q)
+        return torch.stack((sign * az, el))
+
+    lo, hi = lidar.elevation_clamp
+    phi = torch.atan2(p[:, 1], p[:, 0])
+    thc = elev.clamp(lo, hi)
+    pc = rng[:, None] * torch.stack((thc.cos() * phi.cos(), thc.cos() * phi.sin(), thc.sin()), -1)
+    J = vmap(jacrev(angles))(pc)  # [N, 2, 3] at the point with its elevation clamped
+    M = quat_to_matrix(quat_normalize(quats)) * scales[:, None, :]
+    JM = J @ Rs @ M
+    cov2 = JM @ JM.transpose(1, 2)
+    a2, b2, c2 = cov2[:, 0, 0] + lidar.eps[0], cov2[:, 0, 1], cov2[:, 1, 1] + lidar.eps[1]
+    det = a2 * c2 - b2 * b2
+    ok = (rng > lidar.min_range) & (rng <= lidar.max_range) & (rho2 > 0)
+    ok = ok & (rng >= NEAR_SIGMAS * scales.max(-1).values) & (opacities > A_MIN) & (det > 0)
+    reach = 2 * torch.log(torch.where(opacities > A_MIN, opacities, torch.ones_like(opacities)) / A_MIN)
+    ext_el = torch.sqrt(reach * c2.clamp_min(0))
+    ok = ok & ~((elev + ext_el < float(lidar.elevation.min())) | (elev - ext_el > float(lidar.elevation.max())))
+    det_safe = torch.where(ok, det, torch.ones_like(det))
+    splats = torch.stack((alpha, elev, c2 / det_safe, -b2 / det_safe, a2 / det_safe, rng, opacities, intensities), -1)
+    extents = torch.stack((torch.sqrt(reach * a2.clamp_min(0)), ext_el), -1)
+    zero = torch.zeros_like(splats)
+    return torch.where(ok[:, None], splats, zero), torch.where(ok[:, None], extents, torch.zeros_like(extents))
+
+
+def lidar_tile_mask_reference(splats: torch.Tensor,  # [N, 8]
+                              extents: torch.Tensor,  # [N, 2]
+                              lidar) -> torch.Tensor:  # [N, C, W] bool
+    """Whether each ray's tile is one of the tiles each splat is binned into (``lidar_binning``)."""
+    tiles = lidar.tiles
+    dtype, device = splats.dtype, splats.device
+    C, W = lidar.channels, lidar.columns
+    band_f = tiles.band_f.to(device=device, dtype=dtype)  # [B, 4]
+    band_i = tiles.band_i.long().to(device)  # [B, 4]
+    alpha, elev = splats[:, 0:1], splats[:, 1:2]
+    ea, ee = extents[:, 0:1], extents[:, 1:2]
+    band_hit = (band_f[None, :, 0] <= elev + ee) & (band_f[None, :, 1] >= elev - ee) & (ea > 0)  # [N, B]
+    scale = torch.tensor(float(W), dtype=dtype) / torch.tensor(2 * math.pi, dtype=dtype)
+    k0 = torch.ceil((alpha - ea - band_f[None, :, 3]) * scale).long()  # [N, B]
+    k1 = torch.floor((alpha + ea - band_f[None, :, 2]) * scale).long()
+    band_of_channel = tiles.slot_band.long().to(device)[tiles.channel_rank.long().to(device)]  # [C]
+    cols = band_i[band_of_channel, 2]  # [C]
+    k = torch.arange(W, device=device)
+    tx = k[None, :] // cols[:, None]  # [C, W]
+    first = tx * cols[:, None]
+    length = torch.clamp(W - first, max=cols[:, None])  # columns of the ray's tile
+    k0c, k1c, hit = k0[:, band_of_channel], k1[:, band_of_channel], band_hit[:, band_of_channel]  # [N, C]
+    span = (k1c - k0c)[..., None]
+    d0 = torch.remainder(first[None] - k0c[..., None], W)  # where the tile starts, counted from k0
+    cover = (span >= W - 1) | (d0 <= span) | (d0 + length[None] - 1 >= W)
+    return hit[..., None] & (span >= 0) & cover
+
+
+def rasterize_lidar_reference(splats: torch.Tensor,  # [N, 8]
+                              extents: torch.Tensor,  # [N, 2]
+                              lidar,
+                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Twin of the lidar rasterizer, dense: every ray against every splat binned into its tile.
+
+    Returns range_sum, intensity_sum, hit probability and median range, each [C, W].
+    """
+    from warp_kernels.lidar_raster import MEDIAN_T
+
+    C, W = lidar.channels, lidar.columns
+    dtype = splats.dtype
+    rb = lidar.range_bits
+    # front-to-back order of the kernel: the sort key's quantised range, then the index (a stable sort)
+    q = torch.floor(splats[:, 5] * (float(1 << rb) / lidar.max_range)).clamp(0, (1 << rb) - 1)
+    order = torch.argsort(q.detach(), stable=True)
+    order = order[extents[order, 0] > 0]
+    rec = splats[order]
+    mask = lidar_tile_mask_reference(splats, extents, lidar)[order].reshape(len(order), C * W).T  # [R, n]
+    k = torch.arange(W, dtype=dtype, device=splats.device)
+    ray_az = 2 * math.pi * k[None, :] / W + (lidar.sign * lidar.azimuth_offset.to(dtype))[:, None]  # [C, W]
+    ray_az = torch.remainder(ray_az, 2 * math.pi).reshape(-1, 1)
+    ray_el = lidar.elevation.to(dtype)[:, None].expand(C, W).reshape(-1, 1)
+    da = rec[None, :, 0] - ray_az
+    da = torch.where(da >= math.pi, da - 2 * math.pi, torch.where(da < -math.pi, da + 2 * math.pi, da))
+    de = rec[None, :, 1] - ray_el
+    sigma = 0.5 * (rec[None, :, 2] * da * da + rec[None, :, 4] * de * de) + rec[None, :, 3] * da * de
+    alpha = torch.clamp(rec[None, :, 6] * torch.exp(-sigma), max=ALPHA_MAX)
+    use = mask & (sigma >= 0) & (alpha >= ALPHA_MIN)
+    alpha = torch.where(use, alpha, torch.zeros_like(alpha))
+    after = torch.cumprod(1 - alpha, dim=1)  # T after each Gaussian
+    before = torch.cat([torch.ones_like(after[:, :1]), after[:, :-1]], 1)
+    stop = use & (after <= T_MIN)  # the kernel stops before such a Gaussian
+    stopped = torch.cumsum(stop.to(torch.int32), 1) > 0
+    alpha = torch.where(stopped, torch.zeros_like(alpha), alpha)
+    weight = alpha * before
+    t_final = torch.prod(1 - alpha, dim=1)
+    range_sum = weight @ rec[:, 5]
+    int_sum = weight @ rec[:, 7]
+    # median: the first Gaussian after which T falls to <= MEDIAN_T
+    t_after = torch.cumprod(1 - alpha, dim=1).detach()
+    t_before = torch.cat([torch.ones_like(t_after[:, :1]), t_after[:, :-1]], 1)
+    cross = (alpha > 0) & (t_before > MEDIAN_T) & (t_after <= MEDIAN_T)
+    has = cross.any(1)
+    idx = torch.argmax(cross.to(torch.int8), dim=1)
+    median = torch.where(has, rec[idx, 5] if len(order) else torch.zeros_like(t_final), torch.zeros_like(t_final))
+    shape = (C, W)
+    return range_sum.reshape(shape), int_sum.reshape(shape), (1 - t_final).reshape(shape), median.reshape(shape)
+
+
+def render_lidar_reference(means, quats, scales, opacities, intensities, lidar, min_hit: float = 1e-3) -> dict:
+    """Twin of ``nurec_usd.render.lidar.render_lidar``: a dict with its per-ray fields and
+    ``splats``/``extents`` (range, hit_prob, intensity, median_range, range_sum, intensity_sum)."""
+    lid = lidar.to(means.dtype)
+    splats, extents = project_lidar_reference(means, quats, scales, opacities, intensities, lid)
+    range_sum, int_sum, hit, median = rasterize_lidar_reference(splats, extents, lid)
+    seen = hit > min_hit
+    denom = torch.where(seen, hit, torch.ones_like(hit))
+    return {"range": torch.where(seen, range_sum / denom, torch.zeros_like(hit)), "hit_prob": hit,
+            "intensity": torch.where(seen, int_sum / denom, torch.zeros_like(hit)), "median_range": median,
+            "range_sum": range_sum, "intensity_sum": int_sum, "splats": splats, "extents": extents}
+
+
+__all__ += ["project_lidar_reference", "lidar_tile_mask_reference", "rasterize_lidar_reference",
+            "render_lidar_reference"]

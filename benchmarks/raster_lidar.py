@@ -1,0 +1,254 @@
+"""`raster-lidar`: the Warp lidar renderer on a street, 128 channels x 2048 columns, 1M and 5M Gaussians.
+
+    python benchmarks/raster_lidar.py [--device cuda:0] [--sizes 1000000,5000000] [--reps 30]
+                                      [--registers] [--profile] [--min-blocks 4|3|0]
+    python benchmarks/raster_lidar.py --device cpu --small        # smoke run, seconds
+
+First a correctness check on the device against the pure-torch twin (a small lidar and a few
+thousand street Gaussians; forward and every gradient, float32 and float64, with chunked
+tiles too: the warp-level reductions of the backward only exist on CUDA, so this is where
+they are checked). Then, per size: the Gaussians of ``street_scene`` (road, facades, cars,
+poles, trees; flat, a few cm each, closing the surfaces) around a 10 Hz lidar with realistic channel elevations
+(-25..+15 degrees, ~0.1 degree apart at the horizon) driving at 10 m/s; CUDA-event medians
+after warm-up, in fixed-capacity mode (capacity = 1.2 x the exact count of a first render,
+so no host synchronisation inside a render), of
+
+* bin: projection, binning, sort and work items alone (``bin_lidar``);
+* forward: the whole ``render_lidar``;
+* forward + backward: ``render_lidar`` and the gradients of range, hit probability,
+  intensity and median range for means, quaternions, scales, opacities and intensities;
+
+as times and rays per second (C x W rays per sweep), and the work balance in Gaussian-ray
+evaluations: the busiest tile against the mean tile (what the tiling alone leaves), and the
+busiest rasterizer block (a chunk of a tile's list) against the mean tile.
+``--registers`` compiles the lidar modules for the device's architecture into a folder
+(``$OUT`` when set) and prints each kernel's registers and stack frame from the cubins
+(the same figures as ``cuobjdump --dump-resource-usage`` on them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+# imported in main(), after --min-blocks has set the kernels' register budget
+LidarRenderSettings = bin_lidar = render_lidar = tile_work = render_lidar_reference = None
+cubin_resources = street_lidar = street_scene = None
+
+
+def _import_renderer() -> None:
+    global LidarRenderSettings, bin_lidar, render_lidar, tile_work, render_lidar_reference
+    global cubin_resources, street_lidar, street_scene
+    from nurec_usd.render.lidar import LidarRenderSettings, bin_lidar, render_lidar, tile_work  # noqa: F811
+    from nurec_usd.render.reference import render_lidar_reference  # noqa: F811
+    from render.test_lidar_render import cubin_resources, street_lidar, street_scene  # noqa: F811
+
+
+FIELDS = ("range_sum", "intensity_sum", "hit_prob", "median_range")
+PARAM_NAMES = ("means", "quats", "scales", "opacities", "intensities")
+
+
+def timer(device: torch.device):
+    """A function timing fn() over reps (median milliseconds): CUDA events on a GPU, wall clock on the CPU."""
+    def run(fn, reps: int, warmup: int = 3) -> float:
+        for _ in range(warmup):
+            fn()
+        times = []
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            for _ in range(reps):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                b.synchronize()
+                times.append(a.elapsed_time(b))
+        else:
+            for _ in range(reps):
+                t = time.perf_counter()
+                fn()
+                times.append(1e3 * (time.perf_counter() - t))
+        return statistics.median(times)
+    return run
+
+
+def check_against_twin(device: torch.device, n: int) -> bool:
+    """Forward and backward of the kernels against the twin, on ``device``; prints the errors."""
+    ok = True
+    for dtype, tol_fwd, tol_grad in ((torch.float32, 2e-4, 1e-3), (torch.float64, 1e-9, 1e-9)):
+        lidar = street_lidar(16, 256, dtype=dtype, device=device)
+        params = [p.to(device) for p in street_scene(n, seed=1, dtype=dtype, half_length=15.0)]
+        for chunk in (None, 16):
+            leaves = [p.clone().requires_grad_(True) for p in params]
+            out = render_lidar(*leaves, lidar, settings=LidarRenderSettings(chunk=chunk))
+            ref = render_lidar_reference(*leaves, lidar)
+            g = torch.Generator(device=device).manual_seed(0)
+            w = [torch.randn(out.hit_prob.shape, generator=g, device=device, dtype=dtype) for _ in FIELDS]
+            loss = sum((getattr(out, f) * wi).sum() for f, wi in zip(FIELDS, w))
+            loss_ref = sum((ref[f] * wi).sum() for f, wi in zip(FIELDS, w))
+            grads = torch.autograd.grad(loss, leaves)
+            grads_ref = torch.autograd.grad(loss_ref, leaves)
+            # ranges are tens of metres: compare relative to the largest value. The median range is
+            # discrete (which Gaussian takes T across 0.5): with float32 rounding (fast-math exp on
+            # CUDA) a ray on the fence may pick a neighbour, so count the rays that disagree instead
+            fwd = max(float((getattr(out, f) - ref[f]).abs().max().detach() / ref[f].abs().max().clamp_min(1))
+                      for f in FIELDS[:3])
+            off = float(((out.median_range - ref["median_range"]).abs() > 1e-3).double().mean())
+            line = (f"{str(dtype):14s} chunk={str(chunk):4s} n={n}: max relative |out - twin| = {fwd:.1e}, "
+                    f"median ranges off by > 1 mm: {100 * off:.3f}%; grads")
+            ok &= fwd < tol_fwd and off < (1e-3 if dtype == torch.float32 else 1e-12)
+            for name, a, b in zip(PARAM_NAMES, grads, grads_ref):
+                err = float((a - b).norm() / b.norm().clamp_min(1e-30))
+                line += f" {name} {err:.1e}"
+                ok &= err < tol_grad
+            print(line, flush=True)
+    print("correctness vs twin:", "PASSED" if ok else "FAILED", flush=True)
+    return ok
+
+
+def print_registers(device: torch.device, folder: Path) -> None:
+    """Compile the lidar modules for the device's architecture and print each kernel's resources."""
+    import warp as wp
+
+    from nurec_usd.render.warp_torch import init_warp
+    from warp_kernels import lidar_binning, lidar_project, lidar_raster
+
+    init_warp()
+    arch = 90
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        arch = 10 * major + minor
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"\nlidar kernels, sm_{arch} (cubins in {folder}; check with cuobjdump --dump-resource-usage):")
+    print("| module | kernel | precision | registers | stack frame (B) |")
+    print("|---|---|---|---|---|")
+    for module in (lidar_project, lidar_binning, lidar_raster):
+        paths = wp.compile_aot_module(module, arch=arch, module_dir=folder)
+        cubins = [p for p in paths if p.suffix == ".cubin"]
+        if not cubins:
+            print(f"| {module.__name__} | (no cubin: {paths}) | | | |")
+            continue
+        res = cubin_resources(cubins[0])
+        kernels = {name: k for name, k in vars(module).items() if isinstance(k, wp.Kernel)}
+        for name, k in sorted(kernels.items()):
+            for direction in ("forward", "backward"):
+                r = res.get(f"{k.get_mangled_name()}_cuda_kernel_{direction}")
+                if r is None:
+                    continue
+                prec = "f64" if name.endswith("_f64") else ("f32" if name.endswith("_f32") else "-")
+                label = name if direction == "forward" else f"{name} (Warp adjoint)"
+                print(f"| {module.__name__.split('.')[-1]} | {label} | {prec} | {r.get('REGCOUNT')} |"
+                      f" {r.get('FRAME_SIZE', 0)} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--sizes", default="1000000,5000000", help="Gaussian counts, comma-separated")
+    ap.add_argument("--channels", type=int, default=128)
+    ap.add_argument("--columns", type=int, default=2048)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--small", action="store_true", help="smoke mode: 32 x 512 rays, 20k Gaussians, 3 reps")
+    ap.add_argument("--band-rows", default="auto", help="'auto' or channels per band (4, 8, 16, 32)")
+    ap.add_argument("--check-n", type=int, default=3000, help="Gaussians of the correctness check (0: skip)")
+    ap.add_argument("--registers", action="store_true", help="print the lidar kernels' registers from their cubins")
+    ap.add_argument("--cubin-dir", type=Path, default=None,
+                    help="where --registers writes cubins (default: $OUT/lidar_cubins, or a temp dir)")
+    ap.add_argument("--profile", action="store_true", help="print the kernels of one forward+backward (torch profiler)")
+    ap.add_argument("--min-blocks", type=int, default=None,
+                    help="launch bounds of the float32 raster kernels: blocks per SM (4: <= 64 registers; 0: none)")
+    args = ap.parse_args()
+    if args.min_blocks is not None:
+        os.environ["NUREC_LIDAR_MIN_BLOCKS"] = str(args.min_blocks)
+    _import_renderer()
+    from warp_kernels.lidar_raster import LAUNCH_BOUNDS_F32
+    device = torch.device(args.device)
+    if args.small:
+        args.sizes, args.channels, args.columns, args.reps = "20000", 32, 512, min(args.reps, 3)
+        args.check_n = min(args.check_n, 1500)
+    band_rows = args.band_rows if args.band_rows == "auto" else int(args.band_rows)
+    measure = timer(device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+
+    check_ok = check_against_twin(device, args.check_n) if args.check_n > 0 else None
+    if args.registers:
+        folder = args.cubin_dir
+        if folder is None:
+            folder = Path(os.environ["OUT"]) / "lidar_cubins" if os.environ.get("OUT") else \
+                Path(tempfile.mkdtemp(prefix="lidar_cubins_"))
+        print_registers(device, folder)
+
+    rows = []
+    for n in [int(s) for s in args.sizes.split(",")]:
+        lidar = street_lidar(args.channels, args.columns, device=device, band_rows=band_rows)
+        params = [p.to(device) for p in street_scene(n, seed=0)]
+        leaves = [p.clone().requires_grad_(True) for p in params]
+        rays = lidar.channels * lidar.columns
+        first = render_lidar(*params, lidar)
+        wanted = int(first.intersections)
+        settings = LidarRenderSettings(capacity=int(wanted * 1.2) + 1024)  # fixed capacity: no host sync in a render
+        out = render_lidar(*params, lidar, settings=settings)
+        assert not bool(out.overflow)
+        work = tile_work(lidar, out.tile_ranges, out.work_items, out.num_items)
+        visible = int((out.extents[:, 0] > 0).sum())
+        hit = float((out.hit_prob > 0.5).float().mean())
+
+        def bin_only():
+            bin_lidar(*params, lidar, settings)
+
+        def fwd():
+            render_lidar(*params, lidar, settings=settings)
+
+        def fwd_bwd():
+            o = render_lidar(*leaves, lidar, settings=settings)
+            (o.range_sum.sum() + o.hit_prob.sum() + o.intensity_sum.sum() + o.median_range.sum()).backward()
+
+        row = {"n": n, "visible": visible, "isect": wanted, "items": work["items"], "hit": hit,
+               "tile_ratio": work["max_tile_ratio"], "item_ratio": work["max_item_ratio"],
+               "bin": measure(bin_only, args.reps), "fwd": measure(fwd, args.reps), "fb": measure(fwd_bwd, args.reps)}
+        row["fwd_rays"] = rays / (row["fwd"] * 1e-3)
+        row["fb_rays"] = rays / (row["fb"] * 1e-3)
+        rows.append(row)
+        print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+        if args.profile:
+            activity = torch.profiler.ProfilerActivity.CUDA if device.type == "cuda" else \
+                torch.profiler.ProfilerActivity.CPU
+            with torch.profiler.profile(activities=[activity]) as prof:
+                fwd_bwd()
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+            print(prof.key_averages().table(sort_by="self_cuda_time_total" if device.type == "cuda"
+                                            else "self_cpu_time_total", row_limit=16, max_name_column_width=70))
+        del params, leaves, first, out
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    print()
+    print(f"raster-lidar on {name}, torch {torch.__version__}, {args.channels} channels x {args.columns} columns "
+          f"({args.channels * args.columns:,} rays), bands {band_rows}, launch bounds {LAUNCH_BOUNDS_F32}, "
+          f"median of {args.reps}"
+          + ("" if check_ok is None else f"; correctness vs twin {'PASSED' if check_ok else 'FAILED'}"))
+    head = ("| Gaussians | visible | intersections | work items | bin | forward | fwd rays/s | fwd+bwd | "
+            "fwd+bwd rays/s | busiest tile / mean | busiest block / mean | rays hit |")
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for r in rows:
+        print(f"| {r['n']:,} | {r['visible']:,} | {r['isect']:,} | {r['items']:,} | {r['bin']:.2f} ms | "
+              f"{r['fwd']:.2f} ms | {r['fwd_rays'] / 1e6:.1f} M | {r['fb']:.2f} ms | {r['fb_rays'] / 1e6:.1f} M | "
+              f"{r['tile_ratio']:.1f}x | {r['item_ratio']:.2f}x | {100 * r['hit']:.0f}% |")
+    print("\ntargets: forward+backward >= 100 M rays/s; no block above 4x the mean tile's work "
+          "(Gaussian-ray evaluations: list length x rays).")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,699 @@
+"""Lidar rendering of 3D Gaussians: the torch-facing API over the Warp lidar kernels.
+
+``render_lidar`` renders one sweep of a spinning lidar: it projects the Gaussians into the
+lidar's (azimuth, elevation) angle space with rolling shutter
+(``warp_kernels.lidar_project``), bins them into elevation-band x column tiles and sorts
+them by range (``warp_kernels.lidar_binning`` + Warp's radix sort), cuts long tile lists
+into work items, and composites every ray front to back (``warp_kernels.lidar_raster``).
+It is differentiable in every Gaussian parameter: the rasterizer's backward is
+hand-written, the projection's is Warp's generated adjoint.
+``nurec_usd.render.reference.render_lidar_reference`` is its slow pure-torch twin.
+
+A sweep's rays are the grid (channel c, column k); outputs are ``[C, W]`` in the lidar's
+own channel order. Ray (c, k) looks along azimuth ``start + s (2 pi k / W) + offset[c]``
+and elevation ``elevation[c]`` in the lidar frame (x forward, y left, z up; azimuth from
++x toward +y; s = +1 counterclockwise, -1 clockwise) and fires at fraction ``k / W`` of
+the sweep, when the lidar's pose is interpolated between ``T_lidar_world`` at the sweep's
+start and end. Gaussians of moving actors are placed by the caller for the sweep (see
+``nurec_usd.render.interpolate``; the sweep's mid time is the natural choice).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+import warp as wp
+
+from nurec_usd.render.warp_torch import launch_stream, to_wp
+from nurec_usd.sensors.se3 import invert_transform, matrix_to_quat
+from warp_kernels import lidar_binning as kbin
+from warp_kernels import lidar_project as kproj
+from warp_kernels import lidar_raster as kraster
+
+TILE_RAYS = kbin.TILE_RAYS
+BAND_ROWS = (4, 8, 16, 32)  # channels per band the automatic layout chooses from (cols = TILE_RAYS / rows)
+MIN_RANGE_BITS = 16  # the sort key's range quantum is at most max_range / 2^16
+
+
+@dataclass
+class LidarTiles:
+    """How the rays of a sweep are cut into tiles (one rasterizer block each); built on the host.
+
+    Channels are sorted by elevation ("slots") and grouped into bands of consecutive slots;
+    a band of ``rows`` channels is cut into tiles of ``TILE_RAYS / rows`` columns.
+    """
+
+    bands: list[tuple[int, int, int]]  # per band: (first slot, rows, cols)
+    channel_order: torch.Tensor  # [C] int32: channel of each slot (ascending elevation)
+    channel_rank: torch.Tensor  # [C] int32: slot of each channel
+    slot_band: torch.Tensor  # [C] int32: band of each slot
+    band_i: torch.Tensor  # [B, 4] int32: (first slot, rows, cols, first tile)
+    band_f: torch.Tensor  # [B, 4] float: (elevation lo, hi, s*offset lo, hi) of the band's channels, rad
+    tile_band: torch.Tensor  # [T] int32: band of each tile
+    warp_rect: torch.Tensor  # [T, 8, 4] float: each CUDA warp's ray box (azimuth centre, half-width, elev lo, hi)
+    num_tiles: int
+
+    def to(self, device: torch.device | str, dtype: torch.dtype) -> "LidarTiles":
+        """On ``device``, with the float tables in ``dtype`` (the kernels read them as they are)."""
+        def i(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device=device)
+
+        def f(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device=device, dtype=dtype).contiguous()
+
+        return LidarTiles(self.bands, i(self.channel_order), i(self.channel_rank), i(self.slot_band), i(self.band_i),
+                          f(self.band_f), i(self.tile_band), f(self.warp_rect), self.num_tiles)
+
+
+def plan_bands(elevation_sorted: Sequence[float], columns: int,
+               band_rows: int | str = "auto") -> list[tuple[int, int]]:
+    """Bands for channel elevations sorted ascending (radians): (channels, block rows) each, bottom to top.
+
+    Every tile holds TILE_RAYS rays (``rows`` channels x ``TILE_RAYS / rows`` columns)
+    whatever its band, so tiles carry the same ray count by construction; a band may hold
+    fewer channels than its block has rows (the last one), leaving threads idle.
+    ``"auto"`` picks each band's shape (rows in BAND_ROWS) so that its tiles are about as
+    tall as they are wide in angle: where the beams are dense (near the horizon) a band
+    takes more channels and fewer columns. A splat is binned into every tile its bounding
+    box touches, and square tiles are touched by the fewest splats per unit of area, which
+    keeps the duplicated (tile, Gaussian) keys down. A fixed int uses that many channels
+    per band. Measured on the benchmark's street (128 x 2048 rays, 1M Gaussians), as keys
+    to sort / ray evaluations after the warp masks: auto 1.44M / 114M, 4 rows 1.91M / 160M,
+    8 rows 1.52M / 161M, 16 rows 1.41M / 108M, 32 rows 1.59M / 89M; which of the two costs
+    weighs more is for GPU timing to say (benchmarks/raster_lidar.py --band-rows).
+    """
+    c = len(elevation_sorted)
+    if isinstance(band_rows, int) and not isinstance(band_rows, bool):
+        if band_rows not in BAND_ROWS:
+            raise ValueError(f"band_rows must be 'auto' or one of {BAND_ROWS}, got {band_rows}")
+        return [(min(band_rows, c - i), band_rows) for i in range(0, c, band_rows)]
+    if band_rows != "auto":
+        raise ValueError(f"band_rows must be 'auto' or one of {BAND_ROWS}, got {band_rows!r}")
+    el = list(elevation_sorted)
+    az_step = 2 * math.pi / columns
+    spacing = (el[-1] - el[0]) / (c - 1) if c > 1 else az_step
+    bands = []
+    i = 0
+    while i < c:
+        left = c - i
+        best, best_cost = BAND_ROWS[0], math.inf
+        for rows in BAND_ROWS:
+            n = min(rows, left)
+            # angular height of n channels: n gaps, the last one to the next channel (or a mean gap)
+            height = max((el[i + n] if i + n < c else el[c - 1] + spacing) - el[i], 1e-9)
+            width = (TILE_RAYS // rows) * az_step
+            cost = abs(math.log(height / width)) + math.log(rows / n)  # idle rows cost too
+            if cost < best_cost:
+                best, best_cost = rows, cost
+        bands.append((min(best, left), best))
+        i += min(best, left)
+    return bands
+
+
+def build_tiles(elevation: torch.Tensor,  # [C] rad
+                azimuth_offset: torch.Tensor,  # [C] rad
+                sign: float, columns: int, band_rows: int | str = "auto") -> LidarTiles:
+    """The tile layout of a lidar (see ``LidarTiles``), on the device of ``elevation``."""
+    device = elevation.device
+    el = elevation.detach().double().cpu()
+    off = azimuth_offset.detach().double().cpu() * sign
+    order = torch.argsort(el, stable=True)
+    bands, band_i, band_f, slot_band, tile_band, warp_rect = [], [], [], [], [], []
+    slot, tile = 0, 0
+    for rows, shape_rows in plan_bands(el[order].tolist(), columns, band_rows):
+        cols = TILE_RAYS // shape_rows
+        chans = order[slot:slot + rows]
+        n_tiles = -(-columns // cols)
+        warp_rect.append(_warp_rects(el[chans], off[chans], cols, n_tiles, columns))
+        bands.append((slot, rows, cols))
+        band_i.append([slot, rows, cols, tile])
+        band_f.append([float(el[chans].min()), float(el[chans].max()),
+                       float(off[chans].min()), float(off[chans].max())])
+        slot_band += [len(bands) - 1] * rows
+        tile_band += [len(bands) - 1] * n_tiles
+        slot += rows
+        tile += n_tiles
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order))
+    i32 = dict(dtype=torch.int32, device=device)
+    return LidarTiles(bands, order.to(**i32), rank.to(**i32), torch.tensor(slot_band, **i32),
+                      torch.tensor(band_i, **i32), torch.tensor(band_f, dtype=torch.float64, device=device),
+                      torch.tensor(tile_band, **i32), torch.cat(warp_rect).to(device), tile)
+
+
+def _warp_rects(el: torch.Tensor,  # [rows] elevations of a band's channels, ascending
+                off: torch.Tensor,  # [rows] their s * azimuth offsets
+                cols: int, n_tiles: int, columns: int) -> torch.Tensor:  # [n_tiles, WARPS, 4]
+    """Per tile of a band and per CUDA warp (32 consecutive threads = rays): the box of the
+    warp's rays in (sweep azimuth, elevation), as (azimuth centre, half-width, elevation lo, hi).
+    A warp without rays gets an empty box (lo > hi)."""
+    lane = torch.arange(TILE_RAYS)
+    row, col = lane // cols, lane % cols
+    k = torch.arange(n_tiles)[:, None] * cols + col[None, :]  # [n_tiles, TILE_RAYS]
+    valid = (row < len(el))[None, :] & (k < columns)
+    r = row.clamp(max=len(el) - 1)
+    az = 2 * math.pi * k.double() / columns + off[r][None, :]
+    inf = torch.tensor(math.inf, dtype=torch.float64)
+    shape = (n_tiles, TILE_RAYS // 32, 32)
+
+    def lo_hi(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = x.expand(n_tiles, TILE_RAYS)
+        return (torch.where(valid, x, inf).reshape(shape).amin(-1), torch.where(valid, x, -inf).reshape(shape).amax(-1))
+
+    az_lo, az_hi = lo_hi(az)
+    el_lo, el_hi = lo_hi(el[r][None, :])
+    empty = ~valid.reshape(shape).any(-1)
+    rect = torch.stack(((az_lo + az_hi) / 2, (az_hi - az_lo) / 2, el_lo, el_hi), -1)
+    return torch.where(empty[..., None], torch.tensor([0.0, 0.0, 10.0, -10.0], dtype=torch.float64), rect)
+
+
+@dataclass
+class LidarBatch:
+    """One sweep of a spinning lidar: its C x W rays, laid out as the lidar kernels read them.
+
+    Angles are radians. Poses are ``T_lidar_world`` at the sweep's start (column 0 fires)
+    and end (one revolution later), as quaternions (w, x, y, z) and translations, each [1, ...].
+    """
+
+    elevation: torch.Tensor  # [C] rad, in the lidar's channel order
+    azimuth_offset: torch.Tensor  # [C] rad
+    columns: int
+    sign: float  # +1 counterclockwise (azimuth grows with time), -1 clockwise
+    start_azimuth: float  # rad, azimuth of column 0
+    scan_rate_hz: float
+    min_range: float
+    max_range: float
+    rot_start: torch.Tensor  # [1, 4] (w, x, y, z)
+    trans_start: torch.Tensor  # [1, 3]
+    rot_end: torch.Tensor  # [1, 4], same hemisphere as rot_start
+    trans_end: torch.Tensor  # [1, 3]
+    eps: tuple[float, float]  # rad^2 added to the (azimuth, elevation) variances: the beam footprint
+    tiles: LidarTiles
+    channel_f: torch.Tensor  # [C, 2] (s * azimuth offset, elevation) per channel, as the rasterizer reads them
+    elevation_range: tuple[float, float]  # rad, lowest and highest channel (host floats: no device read per render)
+
+    @property
+    def channels(self) -> int:
+        return int(self.elevation.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.elevation.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.elevation.dtype
+
+    @property
+    def range_bits(self) -> int:
+        """Bits of the quantised range in the 32-bit sort key (the rest hold the tile)."""
+        return 31 - max(1, self.tiles.num_tiles.bit_length())
+
+    @property
+    def elevation_clamp(self) -> tuple[float, float]:
+        """Elevation interval (rad) where the projection's Jacobian is evaluated (channels plus a margin)."""
+        lo = self.elevation_range[0] - kproj.ELEVATION_MARGIN
+        hi = self.elevation_range[1] + kproj.ELEVATION_MARGIN
+        return max(lo, -kproj.ELEVATION_LIMIT), min(hi, kproj.ELEVATION_LIMIT)
+
+    @classmethod
+    def create(
+        cls,
+        elevation_deg: Sequence[float] | torch.Tensor,  # [C]
+        *,
+        columns: int,
+        rotation: str,
+        scan_rate_hz: float,
+        min_range_m: float,
+        max_range_m: float,
+        T_lidar_world_start: torch.Tensor,  # [4, 4]
+        T_lidar_world_end: torch.Tensor | None = None,  # [4, 4]; None: the lidar does not move
+        azimuth_offset_deg: Sequence[float] | torch.Tensor | None = None,  # [C]; zeros when None
+        start_azimuth_deg: float = 0.0,
+        band_rows: int | str = "auto",
+        beam_eps: tuple[float, float] | None = None,
+    ) -> "LidarBatch":
+        """From the fields of a capture's lidar (``nurec_usd.capture.model.Lidar``), in degrees.
+
+        ``beam_eps`` (rad^2, azimuth and elevation) defaults to BEAM_EPS times the squared
+        beam spacing: the column step 2 pi / W in azimuth and the median gap between
+        adjacent channel elevations (dense near the horizon, where most returns are).
+        """
+        from nurec_usd.sensors.lidar import SpinningLidarModel
+
+        # SpinningLidarModel validates every field and names the offending one
+        model = SpinningLidarModel(elevation_deg, columns=columns, rotation=rotation, scan_rate_hz=scan_rate_hz,
+                                   min_range_m=min_range_m, max_range_m=max_range_m,
+                                   azimuth_offset_deg=azimuth_offset_deg, start_azimuth_deg=start_azimuth_deg,
+                                   dtype=torch.float64)
+        return cls.from_model(model, T_lidar_world_start, T_lidar_world_end, band_rows=band_rows, beam_eps=beam_eps)
+
+    @classmethod
+    def from_model(
+        cls,
+        model: Any,  # nurec_usd.sensors.lidar.SpinningLidarModel
+        T_lidar_world_start: torch.Tensor,  # [4, 4]
+        T_lidar_world_end: torch.Tensor | None = None,  # [4, 4]
+        band_rows: int | str = "auto",
+        beam_eps: tuple[float, float] | None = None,
+    ) -> "LidarBatch":
+        """From a ``SpinningLidarModel`` and the lidar's poses at the sweep's start and end.
+
+        The batch takes the dtype and device of ``T_lidar_world_start``.
+        """
+        T0 = T_lidar_world_start
+        if T0.shape != (4, 4):
+            raise ValueError(f"T_lidar_world_start must have shape (4, 4), got {tuple(T0.shape)}")
+        T1 = T0 if T_lidar_world_end is None else T_lidar_world_end
+        if T1.shape != (4, 4):
+            raise ValueError(f"T_lidar_world_end must have shape (4, 4), got {tuple(T1.shape)}")
+        device, dtype = T0.device, T0.dtype
+        T1 = T1.to(device=device, dtype=dtype)
+        elevation = torch.deg2rad(model.elevation_deg.double()).to(device=device, dtype=dtype)
+        offset = torch.deg2rad(model.azimuth_offset_deg.double()).to(device=device, dtype=dtype)
+        q0 = matrix_to_quat(T0[:3, :3])
+        q1 = matrix_to_quat(T1[:3, :3])
+        q1 = torch.where((q0 * q1).sum() < 0, -q1, q1)
+        if beam_eps is None:
+            el_sorted = torch.sort(torch.deg2rad(model.elevation_deg.double().cpu())).values
+            gaps = el_sorted[1:] - el_sorted[:-1]
+            az_step = 2 * math.pi / model.columns
+            el_step = float(gaps.median()) if len(gaps) else az_step
+            beam_eps = (kproj.BEAM_EPS * az_step ** 2, kproj.BEAM_EPS * max(el_step, 1e-6) ** 2)
+        if not (beam_eps[0] > 0 and beam_eps[1] > 0):
+            raise ValueError(f"beam_eps must be two positive variances (rad^2), got {beam_eps}")
+        tiles = build_tiles(elevation, offset, model.sign, model.columns, band_rows)
+        if 31 - max(1, tiles.num_tiles.bit_length()) < MIN_RANGE_BITS:
+            raise ValueError(f"columns x channels gives {tiles.num_tiles} tiles: too many for the 32-bit sort key")
+        el64 = torch.deg2rad(model.elevation_deg.double().cpu())
+        return cls(elevation=elevation, azimuth_offset=offset, columns=model.columns, sign=model.sign,
+                   start_azimuth=math.radians(model.start_azimuth_deg), scan_rate_hz=model.scan_rate_hz,
+                   min_range=model.min_range_m, max_range=model.max_range_m,
+                   rot_start=q0[None].contiguous(), trans_start=T0[:3, 3][None].contiguous(),
+                   rot_end=q1[None].contiguous(), trans_end=T1[:3, 3][None].contiguous(),
+                   eps=(float(beam_eps[0]), float(beam_eps[1])), tiles=tiles.to(device, dtype),
+                   channel_f=torch.stack((offset * model.sign, elevation), -1).contiguous(),
+                   elevation_range=(float(el64.min()), float(el64.max())))
+
+    @classmethod
+    def from_capture(
+        cls,
+        lidar: Any,  # nurec_usd.capture.model.Lidar
+        T_world_rig_start: torch.Tensor,  # [4, 4] rig pose when the sweep starts
+        T_world_rig_end: torch.Tensor | None = None,  # [4, 4] ... when it ends (one revolution later)
+        band_rows: int | str = "auto",
+        beam_eps: tuple[float, float] | None = None,
+    ) -> "LidarBatch":
+        """From a capture's ``Lidar`` (its channel table and mounting) and the rig's poses over the sweep."""
+        T_rig_lidar = torch.as_tensor(lidar.T_rig_lidar, dtype=T_world_rig_start.dtype, device=T_world_rig_start.device)
+        end = T_world_rig_start if T_world_rig_end is None else T_world_rig_end
+        T0 = invert_transform(T_world_rig_start @ T_rig_lidar)
+        T1 = invert_transform(end.to(T_rig_lidar) @ T_rig_lidar)
+        return cls.from_model(lidar.sensor_model(dtype=torch.float64), T0, T1, band_rows=band_rows, beam_eps=beam_eps)
+
+    @classmethod
+    def for_sweep(cls, capture: Any, lidar_id: str, index: int, dtype: torch.dtype = torch.float32,
+                  device: torch.device | str | None = None, band_rows: int | str = "auto",
+                  beam_eps: tuple[float, float] | None = None) -> "LidarBatch":
+        """Sweep ``index`` of lidar ``lidar_id`` of a ``Capture``, with the rig poses at its start and end."""
+        from nurec_usd.sensors.se3 import PoseTrajectory
+
+        if lidar_id not in capture.lidars:
+            raise ValueError(f"lidar_id {lidar_id!r} is not a lidar of the capture; known: {sorted(capture.lidars)}")
+        lidar = capture.lidars[lidar_id]
+        if not 0 <= index < len(lidar.sweeps):
+            raise ValueError(f"index {index} is out of range for lidar {lidar_id!r} with {len(lidar.sweeps)} sweeps")
+        rig = PoseTrajectory(torch.as_tensor(capture.seconds(capture.rig.timestamps_us)),
+                             torch.as_tensor(capture.rig.T_world_rig, dtype=torch.float64))
+        t0 = float(capture.seconds(lidar.sweeps[index].timestamp_us))
+        T = rig.at(torch.tensor([t0, t0 + 1.0 / lidar.scan_rate_hz], dtype=torch.float64))
+        batch = cls.from_capture(lidar, T[0], T[1], band_rows=band_rows, beam_eps=beam_eps)
+        return batch.to(dtype=dtype, device=device)
+
+    def with_poses(self, T_lidar_world_start: torch.Tensor,  # [4, 4]
+                   T_lidar_world_end: torch.Tensor | None = None,  # [4, 4]; None: the lidar does not move
+                   ) -> "LidarBatch":
+        """Another sweep of the same lidar: new poses, the same channel table and tiles (nothing
+        is rebuilt on the host, and the poses stay on the device: use it once per training step)."""
+        T0 = T_lidar_world_start.to(device=self.device, dtype=self.dtype)
+        T1 = T0 if T_lidar_world_end is None else T_lidar_world_end.to(device=self.device, dtype=self.dtype)
+        if T0.shape != (4, 4) or T1.shape != (4, 4):
+            raise ValueError(f"T_lidar_world_start and _end must have shape (4, 4), got {tuple(T0.shape)} "
+                             f"and {tuple(T1.shape)}")
+        q0, q1 = matrix_to_quat(T0[:3, :3]), matrix_to_quat(T1[:3, :3])
+        q1 = torch.where((q0 * q1).sum() < 0, -q1, q1)
+        return dataclasses.replace(self, rot_start=q0[None].contiguous(), trans_start=T0[:3, 3][None].contiguous(),
+                                   rot_end=q1[None].contiguous(), trans_end=T1[:3, 3][None].contiguous())
+
+    def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> "LidarBatch":
+        """The same sweep with its float tensors in ``dtype`` and everything on ``device``."""
+        dtype = dtype or self.dtype
+        device = device if device is not None else self.device
+
+        def f(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device=device, dtype=dtype).contiguous()
+
+        return LidarBatch(f(self.elevation), f(self.azimuth_offset), self.columns, self.sign, self.start_azimuth,
+                          self.scan_rate_hz, self.min_range, self.max_range, f(self.rot_start), f(self.trans_start),
+                          f(self.rot_end), f(self.trans_end), self.eps, self.tiles.to(device, dtype),
+                          f(self.channel_f), self.elevation_range)
+
+    def ray_directions(self) -> torch.Tensor:
+        """Unit direction of every ray in the lidar frame.  Returns: [C, W, 3]"""
+        k = torch.arange(self.columns, dtype=torch.float64, device=self.device)
+        az = self.start_azimuth + self.sign * 2 * math.pi * k / self.columns
+        az = az[None, :] + self.azimuth_offset.double()[:, None]
+        el = self.elevation.double()[:, None].expand_as(az)
+        d = torch.stack((el.cos() * az.cos(), el.cos() * az.sin(), el.sin()), -1)
+        return d.to(self.dtype)
+
+    def firing_fractions(self) -> torch.Tensor:
+        """Sweep fraction k / W at which each column fires (0: sweep start, 1: its end).  Returns: [W]"""
+        return torch.arange(self.columns, dtype=self.dtype, device=self.device) / self.columns
+
+
+@dataclass
+class LidarRenderSettings:
+    """Options of ``render_lidar``."""
+
+    capacity: int | None = None  # (tile, Gaussian) intersections buffer; None: sized exactly (one host sync)
+    min_hit: float = 1e-3  # rays with a smaller hit probability report range and intensity 0
+    chunk: int | None = None  # Gaussians per work item; None: max(CHUNK_MIN, CHUNK_FACTOR x the mean tile's)
+
+
+@dataclass
+class LidarRender:
+    """What ``render_lidar`` returns. Per-ray outputs are [C, W] in the lidar's channel order."""
+
+    range: torch.Tensor  # [C, W] expected range of the return: range_sum / hit_prob (0 where hit_prob <= min_hit)
+    hit_prob: torch.Tensor  # [C, W] 1 - final transmittance: probability of a return
+    intensity: torch.Tensor  # [C, W] expected intensity of the return: intensity_sum / hit_prob
+    median_range: torch.Tensor  # [C, W] range where 1 - T reaches 0.5 (a first-surface return); 0: none
+    range_sum: torch.Tensor  # [C, W] sum_i w_i range_i
+    intensity_sum: torch.Tensor  # [C, W] sum_i w_i intensity_i
+    angles: torch.Tensor  # [N, 2] (sweep azimuth, elevation) of each Gaussian, rad (no gradient)
+    extents: torch.Tensor  # [N, 2] half-widths of each splat in angle space; 0 where culled
+    intersections: torch.Tensor  # [1] int32 on the device: (tile, Gaussian) pairs wanted
+    overflow: torch.Tensor  # [1] bool on the device: more intersections than the capacity
+    tile_ranges: torch.Tensor  # [T, 2] int32: each tile's slice of the sorted list (work statistics)
+    work_items: torch.Tensor  # [I, 4] int32: (tile, start, end, chunk) of each rasterizer block
+    num_items: torch.Tensor  # [1] int32 on the device: valid rows of work_items
+
+
+def _kernels(dtype: torch.dtype) -> dict:
+    if dtype == torch.float32:
+        s = "f32"
+    elif dtype == torch.float64:
+        s = "f64"
+    else:
+        raise ValueError(f"Gaussians must be float32 or float64, got {dtype}")
+    return {"project": getattr(kproj, f"project_lidar_{s}"), "count": getattr(kbin, f"count_tiles_{s}"),
+            "emit": getattr(kbin, f"emit_keys_{s}"), "masks": getattr(kbin, f"warp_masks_{s}"),
+            "trans": getattr(kraster, f"chunk_transmittance_{s}"), "fwd": getattr(kraster, f"lidar_forward_{s}"),
+            "merge": getattr(kraster, f"lidar_merge_{s}"), "bwd": getattr(kraster, f"lidar_backward_{s}")}
+
+
+def _vec(n: int, dtype: torch.dtype):
+    """The Warp vector type of length n for a torch float dtype."""
+    return wp.types.vector(n, wp.float32 if dtype == torch.float32 else wp.float64)
+
+
+def _project_args(means, quats, scales, opacities, intensities, lidar: LidarBatch) -> list:
+    """The projection kernel's inputs (see ``warp_kernels.lidar_project.project_lidar``)."""
+    dtype = means.dtype
+    fwp = wp.float32 if dtype == torch.float32 else wp.float64
+    v3, v4 = _vec(3, dtype), _vec(4, dtype)
+    lo, hi = lidar.elevation_clamp
+    return [to_wp(means, v3), to_wp(quats, v4), to_wp(scales, v3), to_wp(opacities), to_wp(intensities),
+            to_wp(lidar.rot_start, v4), to_wp(lidar.trans_start, v3), to_wp(lidar.rot_end, v4),
+            to_wp(lidar.trans_end, v3), fwp(lidar.sign), fwp(lidar.start_azimuth), fwp(lidar.min_range),
+            fwp(lidar.max_range), fwp(lo), fwp(hi), fwp(lidar.elevation_range[0]), fwp(lidar.elevation_range[1]),
+            fwp(lidar.eps[0]), fwp(lidar.eps[1])]
+
+
+@dataclass
+class LidarBins:
+    """Projected, binned and sorted Gaussians of one sweep, cut into work items (``bin_lidar``)."""
+
+    splats: torch.Tensor  # [N, 8] (alpha, elev, conic a, b, c, range, opacity, intensity); zeros where culled
+    extents: torch.Tensor  # [N, 2] half-widths in (alpha, elev); 0 where culled
+    ids: torch.Tensor  # [2 * capacity] int32: Gaussian indices sorted by (tile, range); the first `total` valid
+    tile_ranges: torch.Tensor  # [T, 2] int32: each tile's [start, end) in ids
+    warp_masks: torch.Tensor  # [capacity] int32: per sorted entry, bit w = warp w of the tile's block may see it
+    items: torch.Tensor  # [I, 4] int32: (tile, start, end, chunk index) of each work item
+    tile_items: torch.Tensor  # [T, 2] int32: (first item, number of items) of each tile
+    num_items: torch.Tensor  # [1] int32: valid rows of items
+    chunk: torch.Tensor  # [1] int32: the chunk length L used
+    total: torch.Tensor  # [1] int32: intersections wanted
+    capacity: int
+
+
+def bin_lidar(
+    means: torch.Tensor,  # [N, 3]
+    quats: torch.Tensor,  # [N, 4]
+    scales: torch.Tensor,  # [N, 3]
+    opacities: torch.Tensor,  # [N]
+    intensities: torch.Tensor,  # [N]
+    lidar: LidarBatch,  # of the Gaussians' dtype and device
+    settings: LidarRenderSettings,
+) -> LidarBins:
+    """The first half of ``render_lidar`` (no gradient): projection, binning, sort, work items.
+
+    Also useful alone for work statistics (``tile_work``) without rasterizing.
+    """
+    dtype, device = means.dtype, means.device
+    k = _kernels(dtype)
+    n = means.shape[0]
+    W = lidar.columns
+    tiles = lidar.tiles
+    T = tiles.num_tiles
+    v2, v8, v4 = _vec(2, dtype), _vec(8, dtype), _vec(4, dtype)
+    fwp = wp.float32 if dtype == torch.float32 else wp.float64
+    band_f = tiles.band_f
+    rb = lidar.range_bits
+
+    splats = torch.empty(n, 8, dtype=dtype, device=device)  # the projection writes every entry
+    extents = torch.empty(n, 2, dtype=dtype, device=device)
+    counts = torch.empty(n, dtype=torch.int32, device=device)
+    offsets = torch.empty(n, dtype=torch.int32, device=device)
+    total = torch.zeros(1, dtype=torch.int32, device=device)
+    with launch_stream(device) as wdev:
+        wp.launch(k["project"], dim=n, inputs=_project_args(means, quats, scales, opacities, intensities, lidar),
+                  outputs=[to_wp(splats, v8), to_wp(extents, v2)], device=wdev)
+        wp.launch(k["count"], dim=n, inputs=[to_wp(splats, v8), to_wp(extents, v2), to_wp(tiles.band_i, wp.vec4i),
+                                              to_wp(band_f, v4), W], outputs=[to_wp(counts)], device=wdev)
+        if n:
+            wp.utils.array_scan(to_wp(counts), to_wp(offsets), inclusive=False)
+    capacity = settings.capacity
+    if capacity is None:  # exact size: the one host synchronisation of this mode
+        capacity = int(counts.sum().item()) if n else 0
+    capacity = max(int(capacity), 1)
+    fixed_chunk = int(settings.chunk or 0)
+    max_items = kbin.max_work_items(T, capacity, fixed_chunk)
+    keys = torch.empty(2 * capacity, dtype=torch.int32, device=device)
+    ids = torch.zeros(2 * capacity, dtype=torch.int32, device=device)
+    ranges = torch.zeros(T, 2, dtype=torch.int32, device=device)
+    masks = torch.empty(capacity, dtype=torch.int32, device=device)
+    item_counts = torch.empty(T, dtype=torch.int32, device=device)
+    item_offsets = torch.empty(T, dtype=torch.int32, device=device)
+    chunk = torch.empty(1, dtype=torch.int32, device=device)
+    items = torch.zeros(max_items, 4, dtype=torch.int32, device=device)
+    tile_items = torch.empty(T, 2, dtype=torch.int32, device=device)
+    num_items = torch.zeros(1, dtype=torch.int32, device=device)
+    with launch_stream(device) as wdev:
+        if n:
+            wp.launch(k["emit"], dim=n,
+                      inputs=[to_wp(splats, v8), to_wp(extents, v2), to_wp(tiles.band_i, wp.vec4i), to_wp(band_f, v4),
+                              W, to_wp(offsets), to_wp(counts), rb, fwp(float(1 << rb) / lidar.max_range), capacity],
+                      outputs=[to_wp(keys), to_wp(ids), to_wp(total)], device=wdev)
+        wp.launch(kbin.pad_keys, dim=capacity, inputs=[to_wp(keys), to_wp(total), capacity], device=wdev)
+        wp.utils.radix_sort_pairs(to_wp(keys), to_wp(ids), capacity, end_bit=31)
+        wp.launch(kbin.tile_ranges, dim=capacity, inputs=[to_wp(keys), to_wp(total), capacity, rb],
+                  outputs=[to_wp(ranges)], device=wdev)
+        wp.launch(k["masks"], dim=capacity, inputs=[to_wp(keys), to_wp(ids), to_wp(total), capacity, rb,
+                                                    to_wp(splats, v8), to_wp(extents, v2),
+                                                    to_wp(tiles.warp_rect, v4)],
+                  outputs=[to_wp(masks)], device=wdev)
+        wp.launch(kbin.count_items, dim=T, inputs=[to_wp(ranges), to_wp(total), capacity, fixed_chunk],
+                  outputs=[to_wp(chunk), to_wp(item_counts)], device=wdev)
+        wp.utils.array_scan(to_wp(item_counts), to_wp(item_offsets), inclusive=False)
+        wp.launch(kbin.emit_items, dim=T, inputs=[to_wp(ranges), to_wp(chunk), to_wp(item_offsets), to_wp(item_counts)],
+                  outputs=[to_wp(items, wp.vec4i), to_wp(tile_items, wp.vec2i), to_wp(num_items)], device=wdev)
+    return LidarBins(splats, extents, ids, ranges, masks, items, tile_items, num_items, chunk, total, capacity)
+
+
+def tile_work(lidar: LidarBatch, tile_ranges: torch.Tensor,  # [T, 2] int32
+              work_items: torch.Tensor | None = None,  # [I, 4] int32
+              num_items: torch.Tensor | None = None,  # [1] int32
+              ) -> dict[str, float]:
+    """Work statistics in Gaussian-ray evaluations (synchronises with the device: not for a hot loop).
+
+    A tile's work is its list length times its rays; a work item's, its chunk's length times
+    the tile's rays. Returns the mean and the maximum tile work, ``max_tile_ratio`` (busiest
+    tile / mean tile), and with work items ``max_item_ratio`` (busiest block / mean tile) and
+    ``items``.
+    """
+    tiles = lidar.tiles
+    rays = torch.zeros(tiles.num_tiles, dtype=torch.float64)
+    for b, (first_slot, rows, cols) in enumerate(tiles.bands):
+        first_tile = int(tiles.band_i[b, 3])
+        n = -(-lidar.columns // cols)
+        widths = torch.clamp(lidar.columns - torch.arange(n) * cols, max=cols)
+        rays[first_tile:first_tile + n] = rows * widths.double()
+    length = (tile_ranges[:, 1] - tile_ranges[:, 0]).double().cpu()
+    work = length * rays
+    out = {"mean_tile": float(work.mean()), "max_tile": float(work.max()),
+           "max_tile_ratio": float(work.max() / work.mean()) if work.sum() > 0 else 0.0}
+    if work_items is not None and num_items is not None:
+        it = work_items[: int(num_items.item())].cpu().long()
+        item_work = (it[:, 2] - it[:, 1]).double() * rays[it[:, 0]]
+        out["items"] = int(it.shape[0])
+        out["max_item"] = float(item_work.max()) if len(it) else 0.0
+        out["max_item_ratio"] = out["max_item"] / out["mean_tile"] if out["mean_tile"] > 0 else 0.0
+    return out
+
+
+class _RenderLidar(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, means, quats, scales, opacities, intensities, lidar: LidarBatch, settings: LidarRenderSettings):
+        dtype, device = means.dtype, means.device
+        k = _kernels(dtype)
+        C, W = lidar.channels, lidar.columns
+        tiles = lidar.tiles
+        v2, v8 = _vec(2, dtype), _vec(8, dtype)
+        channel_f = lidar.channel_f
+        bins = bin_lidar(means, quats, scales, opacities, intensities, lidar, settings)
+        splats, extents, values, ranges, items, tile_items, num_items, total, capacity = (
+            bins.splats, bins.extents, bins.ids, bins.tile_ranges, bins.items, bins.tile_items, bins.num_items,
+            bins.total, bins.capacity)
+        max_items = items.shape[0]
+        chunk_P = torch.empty(max_items, TILE_RAYS, dtype=dtype, device=device)
+        part_T = torch.empty(max_items, TILE_RAYS, dtype=dtype, device=device)
+        part_range = torch.empty(max_items, TILE_RAYS, dtype=dtype, device=device)
+        part_int = torch.empty(max_items, TILE_RAYS, dtype=dtype, device=device)
+        part_last = torch.empty(max_items, TILE_RAYS, dtype=torch.int32, device=device)
+        median_id = torch.full((C, W), -1, dtype=torch.int32, device=device)
+        range_sum = torch.empty(C, W, dtype=dtype, device=device)
+        int_sum = torch.empty(C, W, dtype=dtype, device=device)
+        hit = torch.empty(C, W, dtype=dtype, device=device)
+        T_final = torch.empty(C, W, dtype=dtype, device=device)
+        median = torch.empty(C, W, dtype=dtype, device=device)
+        with launch_stream(device) as wdev:
+            layout = [to_wp(items, wp.vec4i), to_wp(num_items), to_wp(tiles.tile_band), to_wp(tiles.band_i, wp.vec4i),
+                      to_wp(tiles.channel_order), to_wp(channel_f, v2), W, to_wp(values), to_wp(splats, v8),
+                      to_wp(bins.warp_masks)]
+            wp.launch_tiled(k["trans"], dim=[max_items], inputs=layout, outputs=[to_wp(chunk_P)], device=wdev,
+                            block_dim=TILE_RAYS)
+            wp.launch_tiled(k["fwd"], dim=[max_items], inputs=layout + [to_wp(chunk_P)],
+                            outputs=[to_wp(part_T), to_wp(part_range), to_wp(part_int), to_wp(part_last),
+                                     to_wp(median_id)], device=wdev, block_dim=TILE_RAYS)
+            wp.launch(k["merge"], dim=(C, W), block_dim=TILE_RAYS,
+                      inputs=[to_wp(tile_items, wp.vec2i), to_wp(tiles.channel_rank), to_wp(tiles.slot_band),
+                              to_wp(tiles.band_i, wp.vec4i), to_wp(part_T), to_wp(part_range), to_wp(part_int),
+                              to_wp(median_id), to_wp(splats, v8)],
+                      outputs=[to_wp(range_sum), to_wp(int_sum), to_wp(hit), to_wp(T_final), to_wp(median)],
+                      device=wdev)
+
+        ctx.save_for_backward(means, quats, scales, opacities, intensities, splats, values, bins.warp_masks, items,
+                              num_items, tile_items, part_T, part_range, part_int, part_last, median_id, T_final)
+        ctx.lidar, ctx.channel_f = lidar, channel_f
+        overflow = total > capacity
+        ctx.mark_non_differentiable(splats, extents, total, overflow, ranges, items, num_items)
+        return range_sum, int_sum, hit, median, splats, extents, total, overflow, ranges, items, num_items
+
+    @staticmethod
+    def backward(ctx, g_range_sum, g_int_sum, g_hit, g_median, *_):
+        (means, quats, scales, opacities, intensities, splats, values, warp_masks, items, num_items, tile_items,
+         part_T, part_range, part_int, part_last, median_id, T_final) = ctx.saved_tensors
+        lidar, channel_f = ctx.lidar, ctx.channel_f
+        dtype, device = means.dtype, means.device
+        k = _kernels(dtype)
+        C, W = lidar.channels, lidar.columns
+        tiles = lidar.tiles
+        v2, v3, v4, v8 = _vec(2, dtype), _vec(3, dtype), _vec(4, dtype), _vec(8, dtype)
+        fwp = wp.float32 if dtype == torch.float32 else wp.float64
+
+        def grad_or_zeros(g):
+            return torch.zeros(C, W, dtype=dtype, device=device) if g is None else g.contiguous()
+
+        grads = [grad_or_zeros(g) for g in (g_range_sum, g_int_sum, g_hit, g_median)]
+        g_splats = torch.zeros_like(splats)
+        n = means.shape[0]
+        if n:  # the median range is the median Gaussian's range: its gradient goes there, no walk needed
+            has_median = median_id >= 0
+            g_splats[:, 5].index_add_(0, torch.where(has_median, median_id, 0).reshape(-1).long(),
+                                      torch.where(has_median, grads[3], 0).reshape(-1))
+        g_means, g_quats, g_scales = torch.zeros_like(means), torch.zeros_like(quats), torch.zeros_like(scales)
+        g_opacities, g_intensities = torch.zeros_like(opacities), torch.zeros_like(intensities)
+        with launch_stream(device) as wdev:
+            wp.launch_tiled(k["bwd"], dim=[items.shape[0]],
+                            inputs=[to_wp(items, wp.vec4i), to_wp(num_items), to_wp(tiles.tile_band),
+                                    to_wp(tiles.band_i, wp.vec4i), to_wp(tiles.channel_order), to_wp(channel_f, v2), W,
+                                    to_wp(values), to_wp(splats, v8), to_wp(warp_masks), to_wp(tile_items, wp.vec2i),
+                                    to_wp(part_T),
+                                    to_wp(part_range), to_wp(part_int), to_wp(part_last), to_wp(T_final),
+                                    *[to_wp(g) for g in grads[:3]]],
+                            outputs=[to_wp(g_splats, v8)], device=wdev, block_dim=TILE_RAYS)
+            if n:
+                # Projection backward: Warp's adjoint of the projection kernel, fed the raster's gradients.
+                scratch = [torch.empty_like(splats), torch.empty(n, 2, dtype=dtype, device=device)]
+                adj_inputs = [to_wp(g_means, v3), to_wp(g_quats, v4), to_wp(g_scales, v3), to_wp(g_opacities),
+                              to_wp(g_intensities), None, None, None, None, fwp(0.0), fwp(0.0), fwp(0.0), fwp(0.0),
+                              fwp(0.0), fwp(0.0), fwp(0.0), fwp(0.0), fwp(0.0), fwp(0.0)]
+                # extents only decide which tiles a splat reaches (piecewise constant): no gradient
+                adj_outputs = [to_wp(g_splats, v8), to_wp(torch.zeros(n, 2, dtype=dtype, device=device), v2)]
+                wp.launch(k["project"], dim=n,
+                          inputs=_project_args(means, quats, scales, opacities, intensities, lidar),
+                          outputs=[to_wp(scratch[0], v8), to_wp(scratch[1], v2)], adj_inputs=adj_inputs,
+                          adj_outputs=adj_outputs, adjoint=True, device=wdev)
+        return g_means, g_quats, g_scales, g_opacities, g_intensities, None, None
+
+
+def render_lidar(
+    means: torch.Tensor,  # [N, 3] world, placed for the sweep
+    quats: torch.Tensor,  # [N, 4] (w, x, y, z), any norm
+    scales: torch.Tensor,  # [N, 3] linear standard deviations
+    opacities: torch.Tensor,  # [N] in [0, 1]
+    intensities: torch.Tensor,  # [N] return intensity of each Gaussian (any activation is the caller's)
+    lidar: LidarBatch,
+    settings: LidarRenderSettings | None = None,
+) -> LidarRender:
+    """Render one lidar sweep; differentiable in every Gaussian parameter.
+
+    With ``settings.capacity`` set there is no host synchronisation: check ``overflow``
+    (on the device) when convenient; an overflowing render drops the intersections past
+    the capacity.
+    """
+    settings = settings or LidarRenderSettings()
+    dtype, device = means.dtype, means.device
+    n = means.shape[0]
+    if means.dim() != 2 or means.shape[1] != 3:
+        raise ValueError(f"means must have shape (N, 3), got {tuple(means.shape)}")
+    for name, t, shape in (("quats", quats, (n, 4)), ("scales", scales, (n, 3)), ("opacities", opacities, (n,)),
+                           ("intensities", intensities, (n,))):
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
+        if t.dtype != dtype or t.device != device:
+            raise ValueError(f"{name} must be {dtype} on {device} like means, got {t.dtype} on {t.device}")
+    if lidar.device != device:
+        raise ValueError(f"lidar is on {lidar.device} but the Gaussians are on {device}: use lidar.to(device=...)")
+    if settings.capacity is not None and settings.capacity < 1:
+        raise ValueError(f"settings.capacity must be a positive int or None, got {settings.capacity}")
+    if settings.chunk is not None and settings.chunk < 1:
+        raise ValueError(f"settings.chunk must be a positive int or None, got {settings.chunk}")
+    lid = lidar.to(dtype) if lidar.dtype != dtype else lidar  # (a batch made in the Gaussians' dtype skips this)
+    (range_sum, int_sum, hit, median, splats, extents, total, overflow, ranges, items,
+     num_items) = _RenderLidar.apply(means.contiguous(), quats.contiguous(), scales.contiguous(),
+                                     opacities.contiguous(), intensities.contiguous(), lid, settings)
+    seen = hit > settings.min_hit
+    denom = torch.where(seen, hit, torch.ones_like(hit))
+    zero = torch.zeros_like(hit)
+    return LidarRender(range=torch.where(seen, range_sum / denom, zero), hit_prob=hit,
+                       intensity=torch.where(seen, int_sum / denom, zero), median_range=median,
+                       range_sum=range_sum, intensity_sum=int_sum, angles=splats[:, :2], extents=extents,
+                       intersections=total, overflow=overflow, tile_ranges=ranges, work_items=items,
+                       num_items=num_items)

@@ -1,0 +1,290 @@
+"""Binning lidar splats into (elevation band, column) tiles, and splitting long tiles into work items.
+
+Tiles. The rays of a sweep are the grid (channel, column). Channels are sorted by
+elevation and cut into *bands* of consecutive channels; a band of ``rows`` channels is
+cut along the columns into tiles of ``cols = TILE_RAYS / rows`` columns, so every tile
+holds TILE_RAYS rays (one per thread of a block) wherever its band lies: bands follow the
+real, non-uniform channel elevations, and no tile lies where there are no beams. The
+band table (built on the host, see ``nurec_usd.render.lidar``) is, per band,
+``band_i = (first sorted slot, rows, cols, first tile)`` and
+``band_f = (lowest elevation, highest elevation, lowest s*offset, highest s*offset)``
+of its channels (s = rotation sign, offsets in radians).
+
+Binning. A splat reaches the elevations [elev - e, elev + e] and the sweep azimuths
+[alpha - a, alpha + a] (``extents`` = (a, e)). It meets band b when that elevation interval
+meets the band's channel elevations, and there the columns k whose rays (at
+``2 pi k / W + s * offset``) fall in the azimuth interval for some channel of the band.
+Column indices wrap modulo W, so a splat straddling the sweep's wrap (between the last
+and the first column) is emitted into the tiles at both ends, once each. The sort key is
+a 32-bit int, ``tile << range_bits | quantised range`` (range_bits = 31 - tile bits, at
+least 16, so a quantum is at most max_range / 65536): a 32-bit key sorts in fewer radix
+passes and half the bytes of the camera's 64-bit keys, and Gaussians closer than a quantum
+keep their index order (the sort is stable, and keys are emitted in Gaussian order).
+
+Warp masks. A rasterizer block's 256 rays are 8 CUDA warps, each a small box of rays in
+(azimuth, elevation) (``warp_rect``, built on the host). ``warp_masks`` marks, per sorted
+(tile, Gaussian) entry, the warps whose box meets the splat's box: far Gaussians are small
+against a tile, so a typical entry reaches 2-3 of the 8 warps, and the others skip it with a
+warp-uniform branch instead of evaluating it on 32 rays. The test is conservative (the box
+holds every ray where alpha >= ALPHA_MIN), so results do not change.
+
+Work items. A tile's Gaussian list is cut into chunks of at most L Gaussians, each chunk
+one block of the rasterizer: a handful of tiles (looking down a street at the horizon)
+would otherwise hold many times the mean work and set the kernel's tail. L is computed on
+the device from the number of intersections, ``L = max(CHUNK_MIN, ceil(CHUNK_FACTOR *
+intersections / tiles))``, so no chunk exceeds CHUNK_FACTOR times the mean tile's work and
+there are at most ``tiles + ceil(tiles / CHUNK_FACTOR)`` items: the launch size is fixed,
+with no host synchronisation. Items of one tile are consecutive, in front-to-back order.
+"""
+
+import math
+
+import warp as wp
+
+# integer bookkeeping only: no adjoints (halves the compile time)
+wp.set_module_options({"enable_backward": False})
+
+TILE_RAYS = 256  # rays per tile = threads per rasterizer block
+KEY_PAD = wp.constant(wp.int32(0x7FFFFFFF))  # sorts after every real key
+CHUNK_MIN = 256  # never cut a tile's list finer than this (a chunk costs a block and a merge)
+CHUNK_FACTOR = 2  # a chunk holds at most this many times the mean tile's Gaussians
+WARPS = TILE_RAYS // 32  # CUDA warps per rasterizer block
+RECT_MARGIN = 1e-3  # relative widening of a splat's box in the warp test: rounding never culls a visible pair
+
+PI = math.pi
+TWO_PI = 2.0 * math.pi
+
+
+def max_work_items(tiles: int, capacity: int, fixed_chunk: int = 0) -> int:
+    """Upper bound on the work items (the rasterizers' launch size): every non-empty tile
+    has one, plus one per full chunk, and there are at most intersections / L full chunks."""
+    if fixed_chunk > 0:
+        return tiles + capacity // fixed_chunk + 1
+    return tiles + (tiles + CHUNK_FACTOR - 1) // CHUNK_FACTOR + 1
+
+
+@wp.func
+def band_tiles(k0: int, k1: int, cols: int, columns: int):
+    """Tiles of a band holding columns k0..k1 (wrapping modulo ``columns``): first tile t0 and
+    n1 tiles from it, then n2 tiles from tile 0 (the part past the wrap); no tile twice."""
+    tiles_b = (columns + cols - 1) // cols
+    t0 = int(0)
+    n1 = int(0)
+    n2 = int(0)
+    if k1 >= k0:
+        span = k1 - k0
+        if span >= columns - 1:
+            n1 = tiles_b
+        else:
+            kk0 = k0 % columns
+            if kk0 < 0:
+                kk0 += columns
+            kk1 = kk0 + span
+            t0 = kk0 // cols
+            if kk1 < columns:
+                n1 = kk1 // cols - t0 + 1
+            else:
+                n1 = tiles_b - t0
+                n2 = wp.min((kk1 - columns) // cols, t0 - 1) + 1
+    return t0, n1, n2
+
+
+def make_binning_kernels(float_t):
+    """``count_tiles`` and ``emit_keys`` for one float type of the splats."""
+    vec2 = wp.types.vector(2, float_t)
+    vec4 = wp.types.vector(4, float_t)
+    vec8 = wp.types.vector(8, float_t)
+
+    @wp.func
+    def column_span(alpha: float_t, ext: float_t, off_lo: float_t, off_hi: float_t, columns: int):
+        """Columns k with a ray of offset in [off_lo, off_hi] inside [alpha - ext, alpha + ext]."""
+        scale = float_t(columns) / float_t(TWO_PI)
+        k0 = int(wp.ceil((alpha - ext - off_hi) * scale))
+        k1 = int(wp.floor((alpha + ext - off_lo) * scale))
+        return k0, k1
+
+    @wp.kernel
+    def count_tiles(
+        splats: wp.array(dtype=vec8),  # [N]
+        extents: wp.array(dtype=vec2),  # [N] (0, 0) = culled
+        band_i: wp.array(dtype=wp.vec4i),  # [B] (first slot, rows, cols, first tile)
+        band_f: wp.array(dtype=vec4),  # [B] (elev lo, elev hi, s*offset lo, s*offset hi)
+        columns: int,
+        counts: wp.array(dtype=wp.int32),  # [N] out
+    ):
+        i = wp.tid()
+        ext = extents[i]
+        count = int(0)
+        if ext[0] > float_t(0.0):
+            rec = splats[i]
+            lo = rec[1] - ext[1]
+            hi = rec[1] + ext[1]
+            for b in range(band_f.shape[0]):
+                bf = band_f[b]
+                if bf[0] > hi:
+                    break  # bands ascend in elevation
+                if bf[1] >= lo:
+                    k0, k1 = column_span(rec[0], ext[0], bf[2], bf[3], columns)
+                    t0, n1, n2 = band_tiles(k0, k1, band_i[b][2], columns)
+                    count += n1 + n2
+        counts[i] = count
+
+    @wp.kernel
+    def emit_keys(
+        splats: wp.array(dtype=vec8),  # [N]
+        extents: wp.array(dtype=vec2),  # [N]
+        band_i: wp.array(dtype=wp.vec4i),  # [B]
+        band_f: wp.array(dtype=vec4),  # [B]
+        columns: int,
+        offsets: wp.array(dtype=wp.int32),  # [N] exclusive scan of counts
+        counts: wp.array(dtype=wp.int32),  # [N]
+        range_bits: int,
+        range_scale: float_t,  # 2^range_bits / max_range
+        capacity: int,
+        keys: wp.array(dtype=wp.int32),  # [>= capacity] out: tile << range_bits | quantised range
+        values: wp.array(dtype=wp.int32),  # [>= capacity] out: Gaussian index
+        total: wp.array(dtype=wp.int32),  # [1] out: intersections wanted (may exceed capacity)
+    ):
+        i = wp.tid()
+        if i == extents.shape[0] - 1:
+            total[0] = offsets[i] + counts[i]  # the scan's last entry: all intersections
+        ext = extents[i]
+        if ext[0] <= float_t(0.0):
+            return
+        rec = splats[i]
+        qmax = (1 << range_bits) - 1
+        q = wp.clamp(int(wp.floor(rec[5] * range_scale)), 0, qmax)
+        lo = rec[1] - ext[1]
+        hi = rec[1] + ext[1]
+        k = offsets[i]
+        for b in range(band_f.shape[0]):
+            bf = band_f[b]
+            if bf[0] > hi:
+                break
+            if bf[1] >= lo:
+                bi = band_i[b]
+                k0, k1 = column_span(rec[0], ext[0], bf[2], bf[3], columns)
+                t0, n1, n2 = band_tiles(k0, k1, bi[2], columns)
+                for m in range(n1 + n2):
+                    t = t0 + m
+                    if m >= n1:
+                        t = m - n1
+                    if k < capacity:
+                        keys[k] = ((bi[3] + t) << range_bits) | q
+                        values[k] = i
+                    k += 1
+
+    @wp.kernel
+    def warp_masks(
+        keys: wp.array(dtype=wp.int32),  # [M] sorted
+        ids: wp.array(dtype=wp.int32),  # [M] sorted Gaussian indices
+        total: wp.array(dtype=wp.int32),  # [1]
+        capacity: int,
+        range_bits: int,
+        splats: wp.array(dtype=vec8),  # [N]
+        extents: wp.array(dtype=vec2),  # [N]
+        warp_rect: wp.array2d(dtype=vec4),  # [T, WARPS] box of each warp's rays: (azimuth centre, half-width, elev lo, hi)
+        masks: wp.array(dtype=wp.int32),  # [M] out: bit w set when warp w's rays may see the entry's Gaussian
+    ):
+        k = wp.tid()
+        if k >= wp.min(total[0], capacity):
+            return
+        tile = keys[k] >> range_bits
+        i = ids[k]
+        rec = splats[i]
+        ext = extents[i]
+        ea = ext[0] * float_t(1.0 + RECT_MARGIN) + float_t(1e-6)
+        ee = ext[1] * float_t(1.0 + RECT_MARGIN) + float_t(1e-6)
+        bits = int(0)
+        for w in range(WARPS):
+            r = warp_rect[tile, w]
+            if rec[1] + ee >= r[2] and rec[1] - ee <= r[3]:
+                d = rec[0] - r[0]
+                d = d - float_t(TWO_PI) * wp.floor((d + float_t(PI)) / float_t(TWO_PI))
+                if wp.abs(d) <= r[1] + ea:
+                    bits = bits | (1 << w)
+        masks[k] = bits
+
+    return count_tiles, emit_keys, warp_masks
+
+
+count_tiles_f32, emit_keys_f32, warp_masks_f32 = make_binning_kernels(wp.float32)
+count_tiles_f64, emit_keys_f64, warp_masks_f64 = make_binning_kernels(wp.float64)
+
+
+@wp.kernel
+def pad_keys(keys: wp.array(dtype=wp.int32), total: wp.array(dtype=wp.int32), capacity: int):
+    """Fill keys[total:capacity] with KEY_PAD so that a fixed-size sort leaves them last."""
+    k = wp.tid()
+    if k >= total[0] and k < capacity:
+        keys[k] = KEY_PAD
+
+
+@wp.kernel
+def tile_ranges(
+    keys: wp.array(dtype=wp.int32),  # [M] sorted
+    total: wp.array(dtype=wp.int32),  # [1] intersections wanted (clamped to the capacity here)
+    capacity: int,
+    range_bits: int,
+    ranges: wp.array2d(dtype=wp.int32),  # [T, 2] out, zero-initialised: [start, end) of each tile
+):
+    k = wp.tid()
+    n = wp.min(total[0], capacity)
+    if k >= n:
+        return
+    tile = keys[k] >> range_bits
+    if k == 0:
+        ranges[tile, 0] = 0
+    else:
+        prev = keys[k - 1] >> range_bits
+        if prev != tile:
+            ranges[tile, 0] = k
+            ranges[prev, 1] = k
+    if k == n - 1:
+        ranges[tile, 1] = n
+
+
+@wp.kernel
+def count_items(
+    ranges: wp.array2d(dtype=wp.int32),  # [T, 2]
+    total: wp.array(dtype=wp.int32),  # [1]
+    capacity: int,
+    fixed_chunk: int,  # > 0: chunks of exactly this length (tests); 0: the adaptive length above
+    chunk: wp.array(dtype=wp.int32),  # [1] out (written by every thread, same value)
+    counts: wp.array(dtype=wp.int32),  # [T] out: chunks of each tile (0 for an empty tile)
+):
+    t = wp.tid()
+    tiles = ranges.shape[0]
+    valid = wp.min(total[0], capacity)
+    # ceil(CHUNK_FACTOR * valid / tiles) in int64: valid * CHUNK_FACTOR may pass 2^31
+    mean_ceil = int((wp.int64(CHUNK_FACTOR) * wp.int64(valid) + wp.int64(tiles - 1)) / wp.int64(tiles))
+    L = wp.max(CHUNK_MIN, mean_ceil)
+    if fixed_chunk > 0:
+        L = fixed_chunk
+    if t == 0:
+        chunk[0] = L
+    counts[t] = (ranges[t, 1] - ranges[t, 0] + L - 1) / L
+
+
+@wp.kernel
+def emit_items(
+    ranges: wp.array2d(dtype=wp.int32),  # [T, 2]
+    chunk: wp.array(dtype=wp.int32),  # [1]
+    offsets: wp.array(dtype=wp.int32),  # [T] exclusive scan of the item counts
+    counts: wp.array(dtype=wp.int32),  # [T]
+    items: wp.array(dtype=wp.vec4i),  # [I] out: (tile, start, end, chunk index within the tile)
+    tile_items: wp.array(dtype=wp.vec2i),  # [T] out: (first item, number of items)
+    num_items: wp.array(dtype=wp.int32),  # [1] out
+):
+    t = wp.tid()
+    off = offsets[t]
+    n = counts[t]
+    if t == ranges.shape[0] - 1:
+        num_items[0] = off + n
+    tile_items[t] = wp.vec2i(off, n)
+    L = chunk[0]
+    start = ranges[t, 0]
+    end = ranges[t, 1]
+    for j in range(n):
+        if off + j < items.shape[0]:  # holds by construction; never write out of bounds anyway
+            items[off + j] = wp.vec4i(t, start + j * L, wp.min(end, start + (j + 1) * L), j)

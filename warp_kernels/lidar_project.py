@@ -1,0 +1,186 @@
+"""Projection of 3D Gaussians into a spinning lidar's spherical frame, with rolling shutter.
+
+One thread per Gaussian, one lidar sweep per launch. Each Gaussian becomes a 2D splat in
+angle space:
+
+* ``alpha``: azimuth measured from the sweep's start azimuth along the rotation, wrapped
+  to [0, 2 pi). In these "sweep coordinates" column k of channel c sits at
+  ``2 pi k / W + s * offset[c]`` (s = +1 counterclockwise, -1 clockwise), so the ±180°
+  seam of the lidar frame is no special place; the one wrap left (2 pi -> 0, between the
+  last and the first column) is handled by the binning (a splat straddling it is binned
+  at both ends) and by the rasterizer (azimuth differences are wrapped to [-pi, pi)).
+* ``elev``: elevation above the lidar's xy plane, radians.
+* the 2D covariance in (alpha, elev), from the 3D covariance through the Jacobian of the
+  spherical map (EWA splatting in angle space), plus a beam footprint ``eps`` per axis
+  (a fraction of the squared beam spacing, like the camera's 0.3 px^2), inverted to a conic.
+* ``range``: the distance of the Gaussian's mean from the sensor. It is the range every
+  ray that meets the splat reports for this Gaussian (as the camera uses the mean's depth).
+  Alternatives are the distance of the point of maximum response along each ray (as in
+  3DGRT) or a ray-plane intersection with the Gaussian's flattest axis: both depend on
+  the ray, cost work per (ray, Gaussian) and need more state in the backward, so they
+  are left for later.
+
+Rolling shutter: column k fires at fraction ``a = k / W`` of the sweep, and the lidar pose
+``T_lidar_world`` moves from the sweep start (a = 0) to its end (a = 1) (slerp + lerp).
+Each Gaussian is projected with the pose at its own firing time, found by one
+fixed-point step: project with the mid-sweep pose, read the azimuth, hence the column
+fraction a, then project again with the pose at a. Moving actors must be placed by the
+caller (``nurec_usd.render.interpolate``) for the sweep: the kernel sees one position per
+Gaussian, so an actor's own motion within a sweep is approximated by its pose at the time
+the caller chose (the sweep's mid time is the natural choice: error at most half a sweep
+of the actor's motion, at the columns furthest from the middle).
+
+Two guards keep the angle-space linearisation sane: the Jacobian's elevation is clamped
+to the channel elevations plus a margin (the azimuth's derivative grows as 1/cos(elev)
+and is infinite straight up), and a Gaussian whose mean lies within NEAR_SIGMAS of its
+largest standard deviation of the sensor is culled (the sensor is inside it: no splat
+describes that), as are means outside the lidar's [min_range, max_range].
+
+The kernel has no loops, so Warp's generated adjoint is its backward (as for the camera).
+Quaternions arrive as (w, x, y, z) ``vec4`` and become Warp's (x, y, z, w) here.
+
+Outputs per Gaussian: ``splats`` [N] vec8 = (alpha, elev, conic a, conic b, conic c,
+range, opacity, intensity), the record the rasterizer stages in shared memory (one 32-byte
+gather per Gaussian in float32), and ``extents`` [N] vec2, the half-widths of the splat's
+bounding box in (alpha, elev) out to where its alpha falls to ALPHA_MIN; (0, 0) = culled.
+"""
+
+import math
+
+import warp as wp
+
+ALPHA_MIN = 1.0 / 255.0  # the compositor skips smaller alphas, so a splat ends where it would reach them
+BEAM_EPS = 0.3  # beam footprint variance, in units of the squared beam spacing of each axis
+ELEVATION_MARGIN = 0.1  # rad beyond the channel elevations where the Jacobian's elevation is clamped
+ELEVATION_LIMIT = 1.45  # rad: the clamp never goes closer than ~7 degrees to the poles
+NEAR_SIGMAS = 3.0  # cull a Gaussian whose mean is closer to the sensor than this many of its largest sigma
+
+TWO_PI = 2.0 * math.pi
+
+
+def make_projection_kernel(float_t):
+    """The lidar projection kernel for one float type (float32 for speed, float64 for gradcheck)."""
+    vec2 = wp.types.vector(2, float_t)
+    vec3 = wp.types.vector(3, float_t)
+    vec4 = wp.types.vector(4, float_t)
+    vec8 = wp.types.vector(8, float_t)
+    mat23 = wp.types.matrix((2, 3), float_t)
+    quat = wp.types.quaternion(float_t)
+
+    @wp.func
+    def to_quat(wxyz: vec4):
+        return quat(wxyz[1], wxyz[2], wxyz[3], wxyz[0])
+
+    @wp.func
+    def pose_at(q0: quat, t0: vec3, q1: quat, t1: vec3, a: float_t):
+        """T_lidar_world at sweep fraction a (0: start, 1: end): slerp + lerp."""
+        d = wp.dot(q0, q1)
+        q = q0
+        if d < float_t(0.9999995):
+            ang = wp.acos(wp.clamp(d, float_t(-1.0), float_t(1.0)))
+            s = wp.sin(ang)
+            q = q0 * (wp.sin((float_t(1.0) - a) * ang) / s) + q1 * (wp.sin(a * ang) / s)
+        else:
+            q = wp.normalize(q0 * (float_t(1.0) - a) + q1 * a)
+        return wp.quat_to_matrix(q), t0 * (float_t(1.0) - a) + t1 * a
+
+    @wp.func
+    def sweep_azimuth(p: vec3, sign: float_t, start: float_t):
+        """Azimuth of lidar-frame p along the rotation from the start azimuth, in [0, 2 pi]."""
+        x = sign * (wp.atan2(p[1], p[0]) - start)
+        return x - float_t(TWO_PI) * wp.floor(x / float_t(TWO_PI))
+
+    @wp.kernel
+    def project_lidar(
+        means: wp.array(dtype=vec3),  # [N] world
+        quats: wp.array(dtype=vec4),  # [N] (w, x, y, z), any norm
+        scales: wp.array(dtype=vec3),  # [N] linear standard deviations
+        opacities: wp.array(dtype=float_t),  # [N] in [0, 1]
+        intensities: wp.array(dtype=float_t),  # [N] per-Gaussian return intensity
+        rot_start: wp.array(dtype=vec4),  # [1] T_lidar_world rotation (w, x, y, z) at the sweep start
+        trans_start: wp.array(dtype=vec3),  # [1]
+        rot_end: wp.array(dtype=vec4),  # [1] ... at the sweep end, same hemisphere as rot_start
+        trans_end: wp.array(dtype=vec3),  # [1]
+        sign: float_t,  # +1 counterclockwise, -1 clockwise
+        start_azimuth: float_t,  # rad, azimuth of column 0
+        min_range: float_t,
+        max_range: float_t,
+        clamp_lo: float_t,  # rad, elevation interval of the Jacobian (channels plus a margin)
+        clamp_hi: float_t,
+        elev_lo: float_t,  # rad, lowest channel elevation
+        elev_hi: float_t,  # rad, highest channel elevation
+        eps_az: float_t,  # rad^2 added to the azimuth variance (beam footprint)
+        eps_el: float_t,  # rad^2 added to the elevation variance
+        # outputs, [N]
+        splats: wp.array(dtype=vec8),  # (alpha, elev, conic a, b, c, range, opacity, intensity)
+        extents: wp.array(dtype=vec2),  # half-widths in (alpha, elev); (0, 0) = culled
+    ):
+        i = wp.tid()
+        # culled Gaussians keep zeros (written here rather than by a memset of the whole output)
+        splats[i] = vec8()
+        extents[i] = vec2(float_t(0.0), float_t(0.0))
+        mean = means[i]
+        q0 = to_quat(rot_start[0])
+        q1 = to_quat(rot_end[0])
+        t0 = trans_start[0]
+        t1 = trans_end[0]
+
+        # The pose at the Gaussian's own firing time: one fixed-point step from mid-sweep.
+        R, t = pose_at(q0, t0, q1, t1, float_t(0.5))
+        p0 = R * mean + t
+        a = float_t(0.5)
+        if p0[0] * p0[0] + p0[1] * p0[1] > float_t(1e-20):  # atan2(0, 0) has no adjoint
+            a = wp.min(sweep_azimuth(p0, sign, start_azimuth) / float_t(TWO_PI), float_t(1.0))
+        R, t = pose_at(q0, t0, q1, t1, a)
+        p = R * mean + t
+
+        rho2 = p[0] * p[0] + p[1] * p[1]
+        r = wp.sqrt(rho2 + p[2] * p[2])
+        s = scales[i]
+        if r <= min_range or r > max_range or rho2 <= float_t(0.0):
+            return
+        if r < float_t(NEAR_SIGMAS) * wp.max(s[0], wp.max(s[1], s[2])):
+            return
+        # alpha = opacity exp(-d^2 / 2) reaches ALPHA_MIN at d^2 = 2 ln(opacity / ALPHA_MIN)
+        op = opacities[i]
+        if op <= float_t(ALPHA_MIN):
+            return
+        reach = float_t(2.0) * wp.log(op / float_t(ALPHA_MIN))
+
+        phi = wp.atan2(p[1], p[0])
+        elev = wp.atan2(p[2], wp.sqrt(rho2))
+        az = sweep_azimuth(p, sign, start_azimuth)
+        # Jacobian of (sign * azimuth, elevation) at the point with its elevation clamped
+        thc = wp.clamp(elev, clamp_lo, clamp_hi)
+        cth = wp.cos(thc)
+        sth = wp.sin(thc)
+        cph = wp.cos(phi)
+        sph = wp.sin(phi)
+        ir = float_t(1.0) / r
+        ka = sign * ir / cth
+        J = mat23(-sph * ka, cph * ka, float_t(0.0),
+                  -sth * cph * ir, -sth * sph * ir, cth * ir)
+
+        Rg = wp.quat_to_matrix(wp.normalize(to_quat(quats[i])))
+        M = Rg * wp.diag(s)
+        JW = J * R
+        JM = JW * M
+        cov2 = JM * wp.transpose(JM)
+        a2 = cov2[0, 0] + eps_az
+        b2 = cov2[0, 1]
+        c2 = cov2[1, 1] + eps_el
+        det = a2 * c2 - b2 * b2
+        if det <= float_t(0.0):
+            return
+        ext_el = wp.sqrt(reach * c2)
+        if elev + ext_el < elev_lo or elev - ext_el > elev_hi:
+            return  # above or below every beam
+        inv_det = float_t(1.0) / det
+        splats[i] = vec8(az, elev, c2 * inv_det, -b2 * inv_det, a2 * inv_det, r, op, intensities[i])
+        extents[i] = vec2(wp.sqrt(reach * a2), ext_el)
+
+    return project_lidar
+
+
+project_lidar_f32 = make_projection_kernel(wp.float32)
+project_lidar_f64 = make_projection_kernel(wp.float64)

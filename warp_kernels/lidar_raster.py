@@ -1,0 +1,459 @@
+"""Lidar rasterization of projected Gaussians along each ray, forward and hand-written backward.
+
+Specialised for the lidar rather than shared with the camera: a lidar ray carries no
+colour, so its state (transmittance, range and intensity sums) and the Gaussian record (one
+``vec8``: alpha, elev, conic, range, opacity, intensity: one 32-byte gather) are small, and
+the kernels have their own register budget (``LAUNCH_BOUNDS_F32``, below). Each staged
+Gaussian also carries its warp mask (``lidar_binning.warp_masks``): a warp none of whose
+rays the splat can reach skips it with one warp-uniform branch (about 2.4 of the 8 warps
+of a block evaluate a typical Gaussian on the benchmark's street).
+
+Work layout (see ``warp_kernels.lidar_binning``): one block per *work item* (a chunk of
+at most L Gaussians of one tile's front-to-back list), one thread per ray of the tile
+(TILE_RAYS rays: ``rows`` channels x ``cols`` columns of one elevation band). Per ray,
+front to back:
+
+    alpha_i = min(0.99, opacity_i * exp(-sigma_i)),  sigma_i = 0.5 d^T conic_i d,
+    d = (wrap(alpha_i - ray azimuth), elev_i - ray elevation)
+    range_sum = sum_i w_i range_i,  intensity_sum = sum_i w_i intensity_i,  w_i = alpha_i T_i
+    hit = 1 - T_final,  median = range of the Gaussian after which T first falls to <= 0.5
+
+skipping alpha < 1/255 and stopping before a Gaussian that would take T to <= 1e-4 (the
+camera's rules). A tile cut into several chunks gives the same result as one long walk:
+
+1. ``chunk_transmittance``: every chunk but the last of its tile multiplies its (1 - alpha)
+   per ray, stopping once the product is <= T_MIN (then the walk has stopped by the end of
+   this chunk anyway).
+2. ``lidar_forward``: chunk j starts from T = prod of the earlier chunks' products. Up to
+   the stop, that is the sequential walk's T; at or below T_MIN the walk had stopped
+   earlier, and the chunk contributes nothing (it writes T = -1 as "stopped before").
+   It writes its partial sums, its final T and its last composited index per ray, and the
+   median Gaussian's index where T crosses 0.5 (in exactly one chunk, or none).
+3. ``lidar_merge``: one thread per ray sums its tile's chunk partials.
+
+The backward walks each chunk back to front (as the camera's does), starting from the
+chunk's final T and from the sums of the chunks behind it, and on CUDA sums each
+Gaussian's gradient over the 32 rays of a warp (shuffles) before one vector atomic add.
+The median range passes its gradient to the median Gaussian's range (which Gaussian is
+chosen is piecewise constant: no gradient); that needs no walk, so the wrapper adds it
+(one scatter-add per ray) and the backward kernel holds no median state. The module is
+compiled without Warp's generated adjoint: the compositing loops have run-time trip counts.
+"""
+
+import math
+import os
+
+import warp as wp
+
+from warp_kernels.lidar_binning import TILE_RAYS
+
+# fast_math: __expf in the compositing loops (the twin tests bound the difference)
+wp.set_module_options({"enable_backward": False, "fast_math": True})
+
+BATCH = TILE_RAYS  # Gaussians staged in shared memory at a time (one gather per thread)
+ALPHA_MIN = 1.0 / 255.0
+ALPHA_MAX = 0.99
+T_MIN = 1e-4
+MEDIAN_T = 0.5  # the median return: where the accumulated opacity 1 - T reaches 0.5
+
+# Register budget of the float32 per-item kernels: ``__launch_bounds__(256, 4)`` (four
+# 256-thread blocks per SM, hence at most 65536 / 1024 = 64 registers: 32 warps, 50%
+# occupancy), and no grid-stride loop (``grid_stride=False``: a tiled launch has one block
+# per item anyway; the loop alone cost the backward 16 registers). Measured from the sm_90
+# cubins' resource attributes (benchmarks/raster_lidar.py --registers; the tests check it):
+# unbounded, forward 56, chunk_transmittance 56 and backward 72 registers, no stack;
+# bounded, forward 64 and transmittance 56 with no stack, backward 64 with an 8-byte stack
+# frame (one spilled loop-invariant, L1-resident). ``cuda_max_registers=64`` (``__maxnreg__``)
+# was worse for the backward: a 24-byte frame. Whether the backward runs faster at four
+# blocks per SM with that spill or at three with 72 registers and none is for the GPU to
+# say: NUREC_LIDAR_MIN_BLOCKS (blocks per SM; 0 = no bound) overrides the 4 at import
+# (benchmarks/raster_lidar.py --min-blocks). The float64 kernels (CPU gradcheck) are unbounded.
+MIN_BLOCKS_PER_SM = int(os.environ.get("NUREC_LIDAR_MIN_BLOCKS", "4"))
+LAUNCH_BOUNDS_F32 = (TILE_RAYS, MIN_BLOCKS_PER_SM) if MIN_BLOCKS_PER_SM > 0 else None
+
+PI = math.pi
+TWO_PI = 2.0 * math.pi
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+return (int)(threadIdx.x & 31);
+#else
+return 0;
+#endif
+""")
+def lane_id() -> int:
+    """Lane of the thread in its CUDA warp (0 on the CPU, where each thread stands alone)."""
+    ...
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+return (int)(threadIdx.x >> 5);
+#else
+return lane >> 5;
+#endif
+""")
+def warp_index(lane: int) -> int:
+    """CUDA warp of the thread in its block (recomputed from the thread index: no register held)."""
+    ...
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+return __any_sync(0xffffffff, pred != 0) ? 1 : 0;
+#else
+return pred;
+#endif
+""")
+def warp_any(pred: int) -> int:
+    """1 when any lane of the warp passes a non-zero pred (all 32 lanes must reach it)."""
+    ...
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+float s = x;
+for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffff, s, o);
+return s;
+#else
+return x;
+#endif
+""")
+def warp_sum_f32(x: wp.float32) -> wp.float32:
+    """Sum of x over the warp, valid in lane 0 (all 32 lanes must reach it)."""
+    ...
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+double s = x;
+for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffff, s, o);
+return s;
+#else
+return x;
+#endif
+""")
+def warp_sum_f64(x: wp.float64) -> wp.float64:
+    """Sum of x over the warp, valid in lane 0 (all 32 lanes must reach it)."""
+    ...
+
+
+@wp.func
+def ray_of(tile: int, lane: int, tile_band: wp.array(dtype=int), band_i: wp.array(dtype=wp.vec4i),
+           channel_order: wp.array(dtype=int), columns: int):
+    """Channel (-1: no ray) and column of thread ``lane`` of ``tile``."""
+    bi = band_i[tile_band[tile]]
+    cols = bi[2]
+    row = lane / cols
+    k = (tile - bi[3]) * cols + lane - row * cols
+    ch = int(-1)
+    if row < bi[1] and k < columns:
+        ch = channel_order[bi[0] + row]
+    return ch, k
+
+
+def make_raster_kernels(float_t, warp_sum, launch_bounds):
+    """The four rasterization kernels for one float type.
+
+    Launched tiled: ``wp.launch_tiled(dim=[max_items], block_dim=TILE_RAYS)`` for the
+    per-item kernels (blocks past the device-side item count return at once), and
+    ``wp.launch(dim=(C, W))`` for the merge.
+    """
+    vec2 = wp.types.vector(2, float_t)
+    vec8 = wp.types.vector(8, float_t)
+
+    @wp.func
+    def ray_angles(ch: int, k: int, channel_f: wp.array(dtype=vec2), columns: int):
+        """Sweep azimuth in [0, 2 pi) and elevation of ray (ch, k); ch < 0 gives a dummy."""
+        cf = channel_f[wp.max(ch, 0)]
+        az = float_t(TWO_PI) * float_t(k) / float_t(columns) + cf[0]
+        az = az - float_t(TWO_PI) * wp.floor(az / float_t(TWO_PI))
+        return az, cf[1]
+
+    @wp.func
+    def offsets(rec: vec8, ray_az: float_t, ray_el: float_t):
+        """(azimuth, elevation) of the splat's centre from the ray, azimuth wrapped to [-pi, pi)."""
+        da = rec[0] - ray_az  # in (-2 pi, 2 pi]: both lie in [0, 2 pi]
+        if da >= float_t(PI):
+            da -= float_t(TWO_PI)
+        elif da < float_t(-PI):
+            da += float_t(TWO_PI)
+        return da, rec[1] - ray_el
+
+    @wp.kernel(launch_bounds=launch_bounds, grid_stride=False)
+    def chunk_transmittance(
+        items: wp.array(dtype=wp.vec4i),  # [I] (tile, start, end, chunk index)
+        num_items: wp.array(dtype=wp.int32),  # [1]
+        tile_band: wp.array(dtype=int),  # [T]
+        band_i: wp.array(dtype=wp.vec4i),  # [B]
+        channel_order: wp.array(dtype=int),  # [C] channel of each elevation-sorted slot
+        channel_f: wp.array(dtype=vec2),  # [C] (s * azimuth offset, elevation) rad
+        columns: int,
+        ids: wp.array(dtype=wp.int32),  # [M] sorted Gaussian indices
+        splats: wp.array(dtype=vec8),  # [N]
+        warp_masks: wp.array(dtype=wp.int32),  # [M] per sorted entry: bit w = warp w's rays may see it
+        chunk_P: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] out: prod (1 - alpha) over the chunk
+    ):
+        item, lane = wp.tid()
+        n_items = num_items[0]
+        if item + 1 >= n_items:
+            return  # past the items, or the very last one (a last chunk's product is never read)
+        if items[item + 1][3] == 0:
+            return  # the last chunk of its tile
+        it = items[item]
+        tile = it[0]
+        start = it[1]
+        end = it[2]
+        ch, k = ray_of(tile, lane, tile_band, band_i, channel_order, columns)
+        ray_az, ray_el = ray_angles(ch, k, channel_f, columns)
+        done = int(0)
+        if ch < 0:
+            done = 1
+        P = float_t(1.0)
+        for b in range((end - start + BATCH - 1) // BATCH):
+            if wp.tile_sum(wp.tile(1 - done))[0] == 0:
+                break
+            base = start + b * BATCH
+            t_ids = wp.tile_load(ids, shape=BATCH, offset=base, storage="shared")
+            t_rec = wp.tile_load_indexed(splats, indices=t_ids, shape=(BATCH,), axis=0, storage="shared")
+            n_b = wp.min(BATCH, end - base)
+            t_bits = wp.tile_load(warp_masks, shape=BATCH, offset=base, storage="shared")
+            for kk in range(n_b):
+                if done == 0 and (wp.tile_extract(t_bits, kk) >> warp_index(lane)) & 1 != 0:
+                    rec = wp.tile_extract(t_rec, kk)
+                    da, de = offsets(rec, ray_az, ray_el)
+                    sigma = float_t(0.5) * (rec[2] * da * da + rec[4] * de * de) + rec[3] * da * de
+                    alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
+                    if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
+                        P *= float_t(1.0) - alpha
+                        if P <= float_t(T_MIN):
+                            done = 1
+        if ch >= 0:
+            chunk_P[item, lane] = P
+
+    @wp.kernel(launch_bounds=launch_bounds, grid_stride=False)
+    def lidar_forward(
+        items: wp.array(dtype=wp.vec4i),  # [I]
+        num_items: wp.array(dtype=wp.int32),  # [1]
+        tile_band: wp.array(dtype=int),  # [T]
+        band_i: wp.array(dtype=wp.vec4i),  # [B]
+        channel_order: wp.array(dtype=int),  # [C]
+        channel_f: wp.array(dtype=vec2),  # [C]
+        columns: int,
+        ids: wp.array(dtype=wp.int32),  # [M]
+        splats: wp.array(dtype=vec8),  # [N]
+        warp_masks: wp.array(dtype=wp.int32),  # [M]
+        chunk_P: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] from chunk_transmittance
+        # outputs, per (item, ray of its tile)
+        part_T: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] T after the chunk; -1: the walk stopped before it
+        part_range: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] sum of w_i range_i over the chunk
+        part_int: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] sum of w_i intensity_i over the chunk
+        part_last: wp.array2d(dtype=wp.int32),  # [I, TILE_RAYS] one past the last Gaussian composited
+        median_id: wp.array2d(dtype=wp.int32),  # [C, W] (pre-filled with -1) the median Gaussian
+    ):
+        item, lane = wp.tid()
+        if item >= num_items[0]:
+            return
+        it = items[item]
+        tile = it[0]
+        start = it[1]
+        end = it[2]
+        j = it[3]
+        ch, k = ray_of(tile, lane, tile_band, band_i, channel_order, columns)
+        ray_az, ray_el = ray_angles(ch, k, channel_f, columns)
+        T = float_t(1.0)
+        for m in range(j):
+            T *= chunk_P[item - j + m, lane]
+        done = int(1)
+        if ch >= 0 and T > float_t(T_MIN):
+            done = 0
+        started = done == 0
+        rng = float_t(0.0)
+        inten = float_t(0.0)
+        last = start
+        med = int(-1)
+        for b in range((end - start + BATCH - 1) // BATCH):
+            if wp.tile_sum(wp.tile(1 - done))[0] == 0:
+                break
+            base = start + b * BATCH
+            t_ids = wp.tile_load(ids, shape=BATCH, offset=base, storage="shared")
+            t_rec = wp.tile_load_indexed(splats, indices=t_ids, shape=(BATCH,), axis=0, storage="shared")
+            n_b = wp.min(BATCH, end - base)
+            t_bits = wp.tile_load(warp_masks, shape=BATCH, offset=base, storage="shared")
+            for kk in range(n_b):
+                if done == 0 and (wp.tile_extract(t_bits, kk) >> warp_index(lane)) & 1 != 0:
+                    rec = wp.tile_extract(t_rec, kk)
+                    da, de = offsets(rec, ray_az, ray_el)
+                    sigma = float_t(0.5) * (rec[2] * da * da + rec[4] * de * de) + rec[3] * da * de
+                    alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
+                    if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
+                        next_T = T * (float_t(1.0) - alpha)
+                        if next_T <= float_t(T_MIN):
+                            done = 1
+                        else:
+                            w = alpha * T
+                            rng += w * rec[5]
+                            inten += w * rec[7]
+                            if T > float_t(MEDIAN_T) and next_T <= float_t(MEDIAN_T):
+                                med = wp.tile_extract(t_ids, kk)
+                            T = next_T
+                            last = base + kk + 1
+        if ch >= 0:
+            if started:
+                part_T[item, lane] = T
+            else:
+                part_T[item, lane] = float_t(-1.0)
+            part_range[item, lane] = rng
+            part_int[item, lane] = inten
+            part_last[item, lane] = last
+            if med >= 0:
+                median_id[ch, k] = med
+
+    @wp.kernel
+    def lidar_merge(
+        tile_items: wp.array(dtype=wp.vec2i),  # [T] (first item, number of items)
+        channel_rank: wp.array(dtype=int),  # [C] elevation-sorted slot of each channel
+        slot_band: wp.array(dtype=int),  # [C] band of each slot
+        band_i: wp.array(dtype=wp.vec4i),  # [B]
+        part_T: wp.array2d(dtype=float_t),  # [I, TILE_RAYS]
+        part_range: wp.array2d(dtype=float_t),  # [I, TILE_RAYS]
+        part_int: wp.array2d(dtype=float_t),  # [I, TILE_RAYS]
+        median_id: wp.array2d(dtype=wp.int32),  # [C, W]
+        splats: wp.array(dtype=vec8),  # [N]
+        # outputs, [C, W] in the lidar's own channel order
+        out_range_sum: wp.array2d(dtype=float_t),
+        out_int_sum: wp.array2d(dtype=float_t),
+        out_hit: wp.array2d(dtype=float_t),
+        out_T: wp.array2d(dtype=float_t),
+        out_median: wp.array2d(dtype=float_t),
+    ):
+        c, k = wp.tid()
+        slot = channel_rank[c]
+        bi = band_i[slot_band[slot]]
+        cols = bi[2]
+        tx = k / cols
+        lane = (slot - bi[0]) * cols + k - tx * cols
+        ti = tile_items[bi[3] + tx]
+        rng = float_t(0.0)
+        inten = float_t(0.0)
+        T = float_t(1.0)
+        for m in range(ti[1]):
+            rng += part_range[ti[0] + m, lane]
+            inten += part_int[ti[0] + m, lane]
+            tm = part_T[ti[0] + m, lane]
+            if tm >= float_t(0.0):
+                T = tm
+        out_range_sum[c, k] = rng
+        out_int_sum[c, k] = inten
+        out_hit[c, k] = float_t(1.0) - T
+        out_T[c, k] = T
+        med = median_id[c, k]
+        if med >= 0:
+            out_median[c, k] = splats[med][5]
+        else:
+            out_median[c, k] = float_t(0.0)
+
+    @wp.kernel(launch_bounds=launch_bounds, grid_stride=False)
+    def lidar_backward(
+        items: wp.array(dtype=wp.vec4i),  # [I]
+        num_items: wp.array(dtype=wp.int32),  # [1]
+        tile_band: wp.array(dtype=int),  # [T]
+        band_i: wp.array(dtype=wp.vec4i),  # [B]
+        channel_order: wp.array(dtype=int),  # [C]
+        channel_f: wp.array(dtype=vec2),  # [C]
+        columns: int,
+        ids: wp.array(dtype=wp.int32),  # [M]
+        splats: wp.array(dtype=vec8),  # [N]
+        warp_masks: wp.array(dtype=wp.int32),  # [M]
+        tile_items: wp.array(dtype=wp.vec2i),  # [T]
+        part_T: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] from the forward
+        part_range: wp.array2d(dtype=float_t),
+        part_int: wp.array2d(dtype=float_t),
+        part_last: wp.array2d(dtype=wp.int32),
+        out_T: wp.array2d(dtype=float_t),  # [C, W] final transmittance
+        grad_range_sum: wp.array2d(dtype=float_t),  # [C, W] dL / d range_sum
+        grad_int_sum: wp.array2d(dtype=float_t),  # [C, W]
+        grad_hit: wp.array2d(dtype=float_t),  # [C, W]
+        grad_splats: wp.array(dtype=vec8),  # [N] accumulated (zero-initialised)
+    ):
+        item, lane = wp.tid()
+        if item >= num_items[0]:
+            return
+        it = items[item]
+        tile = it[0]
+        start = it[1]
+        ch, k = ray_of(tile, lane, tile_band, band_i, channel_order, columns)
+        ray_az, ray_el = ray_angles(ch, k, channel_f, columns)
+        last = start
+        T = float_t(1.0)
+        g_rng = float_t(0.0)
+        g_int = float_t(0.0)
+        g_hit = float_t(0.0)  # dL/d hit times T_final: d hit / d alpha_i = T_final / (1 - alpha_i)
+        behind_rng = float_t(0.0)  # sum of w r over everything behind the current Gaussian
+        behind_int = float_t(0.0)
+        if ch >= 0:
+            T = part_T[item, lane]
+            if T >= float_t(0.0):
+                last = part_last[item, lane]
+                g_rng = grad_range_sum[ch, k]
+                g_int = grad_int_sum[ch, k]
+                g_hit = grad_hit[ch, k] * out_T[ch, k]
+                ti = tile_items[tile]
+                for m in range(item + 1, ti[0] + ti[1]):
+                    behind_rng += part_range[m, lane]
+                    behind_int += part_int[m, lane]
+        end = wp.tile_max(wp.tile(last))[0]  # the block walks back from its furthest ray
+        for b in range((end - start + BATCH - 1) // BATCH):
+            batch_end = end - b * BATCH
+            base = wp.max(start, batch_end - BATCH)
+            t_ids = wp.tile_load(ids, shape=BATCH, offset=base, storage="shared")
+            t_rec = wp.tile_load_indexed(splats, indices=t_ids, shape=(BATCH,), axis=0, storage="shared")
+            count = batch_end - base
+            t_bits = wp.tile_load(warp_masks, shape=BATCH, offset=base, storage="shared")
+            for kk in range(count):
+                kx = count - 1 - kk
+                if (wp.tile_extract(t_bits, kx) >> warp_index(lane)) & 1 == 0:
+                    continue  # warp-uniform: no ray of this warp can see the Gaussian
+                active = int(0)
+                d = vec8()
+                if base + kx < last:
+                    rec = wp.tile_extract(t_rec, kx)
+                    da, de = offsets(rec, ray_az, ray_el)
+                    sigma = float_t(0.5) * (rec[2] * da * da + rec[4] * de * de) + rec[3] * da * de
+                    g = wp.exp(-sigma)
+                    raw = rec[6] * g
+                    alpha = wp.min(float_t(ALPHA_MAX), raw)
+                    if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
+                        active = 1
+                        one_minus = float_t(1.0) - alpha
+                        T = T / one_minus  # transmittance in front of this Gaussian
+                        w = alpha * T
+                        d_a = (g_rng * (rec[5] * T - behind_rng / one_minus)
+                               + g_int * (rec[7] * T - behind_int / one_minus)
+                               + g_hit / one_minus)
+                        behind_rng += rec[5] * w
+                        behind_int += rec[7] * w
+                        d_rng = g_rng * w
+                        d_op = float_t(0.0)
+                        d_sigma = float_t(0.0)
+                        if raw < float_t(ALPHA_MAX):
+                            d_op = d_a * g
+                            d_sigma = -d_a * alpha
+                        d = vec8((rec[2] * da + rec[3] * de) * d_sigma, (rec[3] * da + rec[4] * de) * d_sigma,
+                                 float_t(0.5) * da * da * d_sigma, da * de * d_sigma, float_t(0.5) * de * de * d_sigma,
+                                 d_rng, d_op, g_int * w)
+                if warp_any(active) != 0:
+                    d = vec8(warp_sum(d[0]), warp_sum(d[1]), warp_sum(d[2]), warp_sum(d[3]),
+                             warp_sum(d[4]), warp_sum(d[5]), warp_sum(d[6]), warp_sum(d[7]))
+                    # lane 0 holds the warp's sums on CUDA; on the CPU every thread is its own lane 0
+                    if lane_id() == 0:
+                        wp.atomic_add(grad_splats, wp.tile_extract(t_ids, kx), d)
+
+    return chunk_transmittance, lidar_forward, lidar_merge, lidar_backward
+
+
+(chunk_transmittance_f32, lidar_forward_f32, lidar_merge_f32,
+ lidar_backward_f32) = make_raster_kernels(wp.float32, warp_sum_f32, LAUNCH_BOUNDS_F32)
+(chunk_transmittance_f64, lidar_forward_f64, lidar_merge_f64,
+ lidar_backward_f64) = make_raster_kernels(wp.float64, warp_sum_f64, None)
