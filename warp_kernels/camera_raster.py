@@ -17,6 +17,7 @@ adjoint: compositing loops have run-time trip counts, which Warp's adjoint canno
 import warp as wp
 
 from warp_kernels.tile_binning import TILE_SIZE
+from warp_kernels.warp_lanes import lane_id, warp_any, warp_sum_f32, warp_sum_f64
 
 # fast_math: __expf and friends in the compositing loop (the twin tests bound the difference)
 wp.set_module_options({"enable_backward": False, "fast_math": True})
@@ -26,58 +27,6 @@ BATCH = TILE_PIXELS  # Gaussians staged in shared memory at a time (one per thre
 ALPHA_MIN = 1.0 / 255.0
 ALPHA_MAX = 0.99
 T_MIN = 1e-4
-
-
-@wp.func_native("""
-#if defined(__CUDA_ARCH__)
-return (int)(threadIdx.x & 31);
-#else
-return 0;
-#endif
-""")
-def lane_id() -> int:
-    """Lane of the thread in its CUDA warp (0 on the CPU, where each thread stands alone)."""
-    ...
-
-
-@wp.func_native("""
-#if defined(__CUDA_ARCH__)
-return __any_sync(0xffffffff, pred != 0) ? 1 : 0;
-#else
-return pred;
-#endif
-""")
-def warp_any(pred: int) -> int:
-    """1 when any lane of the warp passes a non-zero pred (must be reached by all 32 lanes)."""
-    ...
-
-
-@wp.func_native("""
-#if defined(__CUDA_ARCH__)
-float s = x;
-for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffff, s, o);
-return s;
-#else
-return x;
-#endif
-""")
-def warp_sum_f32(x: wp.float32) -> wp.float32:
-    """Sum of x over the warp, valid in lane 0 (must be reached by all 32 lanes)."""
-    ...
-
-
-@wp.func_native("""
-#if defined(__CUDA_ARCH__)
-double s = x;
-for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffff, s, o);
-return s;
-#else
-return x;
-#endif
-""")
-def warp_sum_f64(x: wp.float64) -> wp.float64:
-    """Sum of x over the warp, valid in lane 0 (must be reached by all 32 lanes)."""
-    ...
 
 
 def make_raster_kernels(float_t, warp_sum, launch_bounds=None):

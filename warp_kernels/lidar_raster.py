@@ -46,6 +46,7 @@ import os
 import warp as wp
 
 from warp_kernels.lidar_binning import TILE_RAYS
+from warp_kernels.warp_lanes import lane_id, warp_any, warp_sum_f32, warp_sum_f64
 
 # fast_math: __expf in the compositing loops (the twin tests bound the difference)
 wp.set_module_options({"enable_backward": False, "fast_math": True})
@@ -64,27 +65,16 @@ MEDIAN_T = 0.5  # the median return: where the accumulated opacity 1 - T reaches
 # unbounded, forward 56, chunk_transmittance 56 and backward 72 registers, no stack;
 # bounded, forward 64 and transmittance 56 with no stack, backward 64 with an 8-byte stack
 # frame (one spilled loop-invariant, L1-resident). ``cuda_max_registers=64`` (``__maxnreg__``)
-# was worse for the backward: a 24-byte frame. Whether the backward runs faster at four
-# blocks per SM with that spill or at three with 72 registers and none is for the GPU to
-# say: NUREC_LIDAR_MIN_BLOCKS (blocks per SM; 0 = no bound) overrides the 4 at import
-# (benchmarks/raster_lidar.py --min-blocks). The float64 kernels (CPU gradcheck) are unbounded.
-MIN_BLOCKS_PER_SM = int(os.environ.get("NUREC_LIDAR_MIN_BLOCKS", "4"))
+# was worse for the backward: a 24-byte frame. Measured on an H200 (benchmarks/RESULTS.md,
+# raster-lidar): unbounded was faster at 1M Gaussians (fwd+bwd 5.22 against 6.12 ms) and
+# equal at 5M, so no bound is the default; NUREC_LIDAR_MIN_BLOCKS (blocks per SM; 0 = no
+# bound) sets one at import (benchmarks/raster_lidar.py --min-blocks). The float64 kernels
+# (CPU gradcheck) are unbounded.
+MIN_BLOCKS_PER_SM = int(os.environ.get("NUREC_LIDAR_MIN_BLOCKS", "0"))
 LAUNCH_BOUNDS_F32 = (TILE_RAYS, MIN_BLOCKS_PER_SM) if MIN_BLOCKS_PER_SM > 0 else None
 
 PI = math.pi
 TWO_PI = 2.0 * math.pi
-
-
-@wp.func_native("""
-#if defined(__CUDA_ARCH__)
-return (int)(threadIdx.x & 31);
-#else
-return 0;
-#endif
-""")
-def lane_id() -> int:
-    """Lane of the thread in its CUDA warp (0 on the CPU, where each thread stands alone)."""
-    ...
 
 
 @wp.func_native("""
@@ -96,46 +86,6 @@ return lane >> 5;
 """)
 def warp_index(lane: int) -> int:
     """CUDA warp of the thread in its block (recomputed from the thread index: no register held)."""
-    ...
-
-
-@wp.func_native("""
-#if defined(__CUDA_ARCH__)
-return __any_sync(0xffffffff, pred != 0) ? 1 : 0;
-#else
-return pred;
-#endif
-""")
-def warp_any(pred: int) -> int:
-    """1 when any lane of the warp passes a non-zero pred (all 32 lanes must reach it)."""
-    ...
-
-
-@wp.func_native("""
-#if defined(__CUDA_ARCH__)
-float s = x;
-for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffff, s, o);
-return s;
-#else
-return x;
-#endif
-""")
-def warp_sum_f32(x: wp.float32) -> wp.float32:
-    """Sum of x over the warp, valid in lane 0 (all 32 lanes must reach it)."""
-    ...
-
-
-@wp.func_native("""
-#if defined(__CUDA_ARCH__)
-double s = x;
-for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffff, s, o);
-return s;
-#else
-return x;
-#endif
-""")
-def warp_sum_f64(x: wp.float64) -> wp.float64:
-    """Sum of x over the warp, valid in lane 0 (all 32 lanes must reach it)."""
     ...
 
 

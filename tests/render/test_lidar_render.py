@@ -579,11 +579,14 @@ def test_cuda_code_generation(module_name, tmp_path):
         raise
     cubins = [p for p in paths if p.suffix == ".cubin" and "sm90" in p.name]
     assert cubins and all(p.stat().st_size > 0 for p in cubins)
-    if module_name == "lidar_raster" and module.LAUNCH_BOUNDS_F32 == (256, 4):
-        # the register budget holds: 64 registers, and at most a small spill in the backward
+    if module_name == "lidar_raster":
+        # the register budget holds: with (256, 4) launch bounds 64 registers and at most a small
+        # spill in the backward; unbounded (the default, measured faster) at most 80 and no spill
+        bounded = module.LAUNCH_BOUNDS_F32 == (256, 4)
+        max_regs, backward_frame = (64, 16) if bounded else (80, 0)
         res = cubin_resources(cubins[0])
         for kernel, max_frame in ((module.lidar_forward_f32, 0), (module.chunk_transmittance_f32, 0),
-                                  (module.lidar_backward_f32, 16)):
+                                  (module.lidar_backward_f32, backward_frame)):
             r = res[kernel.get_mangled_name() + "_cuda_kernel_forward"]
-            assert r["REGCOUNT"] <= 64, (kernel.key, r)
+            assert r["REGCOUNT"] <= max_regs, (kernel.key, r)
             assert r.get("FRAME_SIZE", 0) <= max_frame, f"{kernel.key} spills: {r}"
