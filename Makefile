@@ -34,7 +34,7 @@ system-deps:
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH)
 	$(PY) -m pip install -q -e ".[test]"
 	touch $@
 

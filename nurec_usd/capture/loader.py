@@ -291,7 +291,7 @@ def _check_nrl_header(path: Path, rel: str, timestamp_us: int, found: _Problems)
     try:
         _, base = read_nrl_header(path)
     except SweepFormatError as exc:
-        found.file(rel, exc.field, str(exc))
+        found.file(rel, exc.field, exc.message)
         return
     if base != timestamp_us:
         found.file(rel, "header.base_timestamp_us",
@@ -326,7 +326,7 @@ def _deep_check_sweep(capture: Capture, lidar: Lidar, index: int) -> list[Proble
     try:
         sweep = lidar.load_sweep(index)
     except SweepFormatError as exc:
-        return [Problem(rel, exc.field, str(exc))]
+        return [Problem(rel, exc.field, exc.message)]
     except (OSError, ValueError, RuntimeError) as exc:
         return [Problem(rel, "", f"cannot read the sweep ({exc})")]
     problems = []

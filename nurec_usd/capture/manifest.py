@@ -66,12 +66,14 @@ def schema_problems(manifest: dict[str, Any], file: str = MANIFEST_NAME) -> list
 
     validator_cls = jsonschema.validators.validator_for(capture_schema())
     validator = validator_cls(capture_schema())
-    problems = []
-    for err in validator.iter_errors(manifest):
-        # An if/then branch reports at the intrinsics object; the message says which key.
-        problems.append(Problem(file, json_path(err.absolute_path) or "(top level)", _short(err.message)))
-    problems.sort(key=lambda p: p.field)
-    return problems
+    errors = sorted(validator.iter_errors(manifest), key=lambda e: _document_order(e.absolute_path))
+    # An if/then branch reports at the intrinsics object; the message says which key.
+    return [Problem(file, json_path(err.absolute_path) or "(top level)", _short(err.message)) for err in errors]
+
+
+def _document_order(path) -> list[tuple[int, int | str]]:
+    """Sort key of a JSON path: list indices numerically (cameras[2] before cameras[10])."""
+    return [(0, p) if isinstance(p, int) else (1, str(p)) for p in path]
 
 
 def _short(message: str, limit: int = 300) -> str:

@@ -105,7 +105,7 @@ class LidarSweep:
     points: np.ndarray  # [N, 3] float32, metres, sensor frame
     intensity: np.ndarray  # [N] float32
     timestamps_us: np.ndarray  # [N] int64, each point's own firing time
-    channel: np.ndarray  # [N] int16, index into the lidar's channels
+    channel: np.ndarray  # [N] int32, index into the lidar's channels
 
     def __len__(self) -> int:
         return int(self.points.shape[0])

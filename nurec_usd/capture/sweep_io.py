@@ -38,11 +38,14 @@ SWEEP_SUFFIXES = (".nrl", ".ply", ".pcd")
 
 
 class SweepFormatError(ValueError):
-    """A sweep file that cannot be read; ``field`` names the part that is wrong."""
+    """A sweep file that cannot be read: ``path``, the ``field`` that is wrong, and ``message``."""
 
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
+    def __init__(self, path: Path, field: str, message: str):
+        where = f"{path}: {field}" if field else str(path)
+        super().__init__(f"{where}: {message}")
+        self.path = path
         self.field = field
+        self.message = message
 
 
 def write_nrl(path: Path, timestamp_us: int,
@@ -79,16 +82,16 @@ def read_nrl_header(path: Path) -> tuple[int, int]:
     with open(path, "rb") as f:
         head = f.read(_HEADER.size)
     if len(head) < _HEADER.size:
-        raise SweepFormatError("header", f"file is {size} bytes, shorter than the {_HEADER.size}-byte header")
+        raise SweepFormatError(path, "header", f"file is {size} bytes, shorter than the {_HEADER.size}-byte header")
     magic, version, count, base = _HEADER.unpack(head)
     if magic != NRL_MAGIC:
-        raise SweepFormatError("header.magic", f"not an .nrl sweep (magic {magic!r}, expected {NRL_MAGIC!r})")
+        raise SweepFormatError(path, "header.magic", f"not an .nrl sweep (magic {magic!r}, expected {NRL_MAGIC!r})")
     if version != NRL_VERSION:
-        raise SweepFormatError("header.version", f"unsupported .nrl version {version} (this reader knows {NRL_VERSION})")
+        raise SweepFormatError(path, "header.version", f"unsupported .nrl version {version} (this reader knows {NRL_VERSION})")
     expected = _HEADER.size + count * NRL_BYTES_PER_POINT
     if size != expected:
         what = "truncated" if size < expected else "has trailing bytes"
-        raise SweepFormatError("header.point_count",
+        raise SweepFormatError(path, "header.point_count",
                                f"file {what}: {count} points need {expected} bytes, the file has {size}")
     return count, base
 
@@ -104,7 +107,7 @@ def read_nrl(path: Path) -> LidarSweep:
     o += 4 * n
     times = np.frombuffer(data, "<i4", n, o).astype(np.int64) + base
     o += 4 * n
-    channel = np.frombuffer(data, "<u2", n, o).astype(np.int16)
+    channel = np.frombuffer(data, "<u2", n, o).astype(np.int32)
     return LidarSweep(points=points, intensity=intensity, timestamps_us=times, channel=channel)
 
 
@@ -121,7 +124,7 @@ def read_point_cloud_sweep(path: Path, timestamp_us: int, lidar: "Lidar | None")
     pcd = o3d.t.io.read_point_cloud(str(path))
     attrs = pcd.point
     if "positions" not in attrs or len(attrs["positions"]) == 0:
-        raise SweepFormatError("positions", "no points could be read (empty or not a point cloud)")
+        raise SweepFormatError(path, "positions", "no points could be read (empty or not a point cloud)")
     points = attrs["positions"].numpy().astype(np.float32).reshape(-1, 3)
     n = points.shape[0]
 
@@ -135,7 +138,7 @@ def read_point_cloud_sweep(path: Path, timestamp_us: int, lidar: "Lidar | None")
     offsets = column("time_offset_us")
     channel = column("channel", "ring")
     if (offsets is None or channel is None) and lidar is None:
-        raise SweepFormatError("time_offset_us", "point times/channels are missing and no lidar model was given to derive them")
+        raise SweepFormatError(path, "time_offset_us", "point times/channels are missing and no lidar model was given to derive them")
     if offsets is None or channel is None:
         import torch
 
@@ -149,7 +152,7 @@ def read_point_cloud_sweep(path: Path, timestamp_us: int, lidar: "Lidar | None")
         points=points,
         intensity=(np.zeros(n, np.float32) if intensity is None else intensity.astype(np.float32)),
         timestamps_us=offsets.astype(np.int64) + int(timestamp_us),
-        channel=channel.astype(np.int16),
+        channel=channel.astype(np.int32),
     )
 
 
@@ -160,4 +163,4 @@ def read_sweep(path: Path, timestamp_us: int, lidar: "Lidar | None" = None) -> L
         return read_nrl(path)
     if suffix in (".ply", ".pcd"):
         return read_point_cloud_sweep(path, timestamp_us, lidar)
-    raise SweepFormatError("", f"unknown sweep file type {suffix!r} (expected one of {SWEEP_SUFFIXES})")
+    raise SweepFormatError(path, "", f"unknown sweep file type {suffix!r} (expected one of {SWEEP_SUFFIXES})")

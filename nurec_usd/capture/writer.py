@@ -1,4 +1,4 @@
-"""Writing a native capture directory, atomically.
+"""Writing a native capture directory, all or nothing.
 
 Everything is written into a temporary folder beside the destination and moved into
 place only when the whole capture is complete and validates, so an interrupted or
@@ -15,8 +15,6 @@ failed write never leaves a half-written capture behind.
 from __future__ import annotations
 
 import json
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ import numpy as np
 
 from nurec_usd.capture.images import write_image
 from nurec_usd.capture.manifest import MANIFEST_NAME
+from nurec_usd.capture.staging import StagedDirectory
 from nurec_usd.capture.sweep_io import write_nrl
 
 
@@ -40,15 +39,10 @@ class CaptureWriter:
     def __init__(self, out_dir: str | Path, name: str = "", metadata: dict[str, Any] | None = None,
                  overwrite: bool = False, image_format: str = "png"):
         self.out_dir = Path(out_dir)
-        if self.out_dir.exists() and not overwrite:
-            raise FileExistsError(f"{self.out_dir} already exists (pass overwrite=True to replace it)")
         if image_format not in ("png", "jpg"):
             raise ValueError(f"image_format must be 'png' or 'jpg', got {image_format!r}")
-        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-        # a hidden sibling (same file system, so the final rename is atomic); made with mkdir
-        # rather than mkdtemp so the capture gets ordinary permissions
-        self._tmp = self.out_dir.parent / f".{self.out_dir.name}.{uuid.uuid4().hex[:12]}.partial"
-        self._tmp.mkdir()
+        self._stage = StagedDirectory(self.out_dir, overwrite=overwrite)
+        self._tmp = self._stage.path
         self.image_format = image_format
         self._manifest: dict[str, Any] = {
             "format": "nurec_usd.capture",
@@ -155,24 +149,29 @@ class CaptureWriter:
     # -- finishing -----------------------------------------------------------------------
 
     def finish(self, validate: bool = True) -> Path:
-        """Write the manifest, validate, and move the capture into place. Returns its path."""
-        if self._manifest["rig"] is None:
-            raise ValueError("set_rig() was never called: a capture needs rig poses")
-        manifest = {k: v for k, v in self._manifest.items() if not (k == "metadata" and not v)}
-        (self._tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-        if validate:
-            from nurec_usd.capture.loader import load_capture
+        """Write the manifest, validate, and move the capture into place. Returns its path.
 
-            load_capture(self._tmp)  # raises CaptureError; __exit__ then removes the temporary folder
-        if self.out_dir.exists():
-            shutil.rmtree(self.out_dir)
-        self._tmp.rename(self.out_dir)
+        On any failure the temporary folder is removed and the destination left as it was.
+        """
+        try:
+            if self._manifest["rig"] is None:
+                raise ValueError("set_rig() was never called: a capture needs rig poses")
+            manifest = {k: v for k, v in self._manifest.items() if not (k == "metadata" and not v)}
+            (self._tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+            if validate:
+                from nurec_usd.capture.loader import load_capture
+
+                load_capture(self._tmp)  # raises CaptureError
+            self._stage.commit()
+        except BaseException:
+            self.abort()
+            raise
         self._finished = True
         return self.out_dir
 
     def abort(self) -> None:
         """Drop everything written so far."""
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        self._stage.abort()
 
     def __enter__(self) -> "CaptureWriter":
         return self
@@ -181,11 +180,7 @@ class CaptureWriter:
         if self._finished:
             return
         if exc_type is None:
-            try:
-                self.finish()
-            except BaseException:
-                self.abort()
-                raise
+            self.finish()
         else:
             self.abort()
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import warp as wp
 
-from nurec_usd.render.warp_torch import launch_stream, to_wp
+from nurec_usd.render.warp_torch import launch_stream, to_wp, wp_vector
 from nurec_usd.sensors.se3 import matrix_to_quat
 from warp_kernels import camera_project as kproj
 from warp_kernels import camera_raster as kraster
@@ -71,7 +71,15 @@ class CameraBatch:
         if len(params) != c or T_camera_world_start.shape != (c, 4, 4):
             raise ValueError(f"models ({c}), params ({len(params)}) and T_camera_world_start "
                              f"{tuple(T_camera_world_start.shape)} disagree")
+        if T_camera_world_end is not None and shutters is None:
+            raise ValueError("T_camera_world_end was given without shutters: say which cameras roll "
+                             f"(one of {sorted(SHUTTERS)} per camera)")
         shutters = shutters or ["global"] * c
+        if len(shutters) != c:
+            raise ValueError(f"{len(shutters)} shutters for {c} cameras")
+        for k, name in enumerate(shutters):
+            if name not in SHUTTERS:
+                raise ValueError(f"camera {k}: unknown shutter {name!r}; known: {sorted(SHUTTERS)}")
         table = torch.zeros(c, 16, dtype=torch.float64)
         for k, (name, p) in enumerate(zip(models, params)):
             if name not in MODELS:
@@ -83,6 +91,8 @@ class CameraBatch:
                 values.update({"fx": 1.0, "fy": 1.0, **{f"c{n}": v for n, v in enumerate(coeffs)}})
             if name in ("opencv_fisheye", "ftheta"):
                 values["max_theta"] = float(camera_model(name, width, height, p, dtype=torch.float64).max_theta)
+            if name == "opencv":
+                values["max_r2"] = float(camera_model(name, width, height, p, dtype=torch.float64).max_r) ** 2
             for slot, key in enumerate(layout):
                 table[k, slot] = float(values.get(key, 0.0))
         end = T_camera_world_start if T_camera_world_end is None else T_camera_world_end
@@ -148,13 +158,9 @@ def _flat(tensors, dtype: torch.dtype) -> list:
     """Per-(camera, Gaussian) tensors [C, N, (k)] as flat Warp arrays [C * N] of vec_k (or scalars)."""
     out = []
     for t in tensors:
-        out.append(to_wp(t.view(-1, t.shape[-1]), _vec(t.shape[-1], dtype)) if t.dim() == 3 else to_wp(t.view(-1)))
+        out.append(to_wp(t.view(-1, t.shape[-1]), wp_vector(t.shape[-1], dtype)) if t.dim() == 3 else to_wp(t.view(-1)))
     return out
 
-
-def _vec(n: int, dtype: torch.dtype):
-    """The Warp vector type of length n for a torch float dtype."""
-    return wp.types.vector(n, wp.float32 if dtype == torch.float32 else wp.float64)
 
 
 class _RenderCameras(torch.autograd.Function):
@@ -167,7 +173,7 @@ class _RenderCameras(torch.autograd.Function):
         w, h = cams.width, cams.height
         tiles_x, tiles_y = math.ceil(w / kbin.TILE_SIZE), math.ceil(h / kbin.TILE_SIZE)
         tiles = c * tiles_x * tiles_y
-        v2, v3, v4, v16 = _vec(2, dtype), _vec(3, dtype), _vec(4, dtype), _vec(16, dtype)
+        v2, v3, v4, v16 = wp_vector(2, dtype), wp_vector(3, dtype), wp_vector(4, dtype), wp_vector(16, dtype)
         fwp = wp.float32 if dtype == torch.float32 else wp.float64
 
         means2d = torch.zeros(c, n, 2, dtype=dtype, device=device)
@@ -240,7 +246,7 @@ class _RenderCameras(torch.autograd.Function):
         c, n = len(cams), means.shape[0]
         w, h = cams.width, cams.height
         tiles_x, tiles_y = ctx.tiles
-        v2, v3, v4, v16 = _vec(2, dtype), _vec(3, dtype), _vec(4, dtype), _vec(16, dtype)
+        v2, v3, v4, v16 = wp_vector(2, dtype), wp_vector(3, dtype), wp_vector(4, dtype), wp_vector(16, dtype)
         fwp = wp.float32 if dtype == torch.float32 else wp.float64
 
         def grad_or_zeros(g, shape):

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import torch
 import warp as wp
 
-from nurec_usd.render.warp_torch import launch_stream, to_wp
+from nurec_usd.render.warp_torch import launch_stream, to_wp, wp_vector
 from nurec_usd.sensors.se3 import invert_transform, matrix_to_quat
 from warp_kernels import lidar_binning as kbin
 from warp_kernels import lidar_project as kproj
@@ -417,16 +417,12 @@ def _kernels(dtype: torch.dtype) -> dict:
             "merge": getattr(kraster, f"lidar_merge_{s}"), "bwd": getattr(kraster, f"lidar_backward_{s}")}
 
 
-def _vec(n: int, dtype: torch.dtype):
-    """The Warp vector type of length n for a torch float dtype."""
-    return wp.types.vector(n, wp.float32 if dtype == torch.float32 else wp.float64)
-
 
 def _project_args(means, quats, scales, opacities, intensities, lidar: LidarBatch) -> list:
     """The projection kernel's inputs (see ``warp_kernels.lidar_project.project_lidar``)."""
     dtype = means.dtype
     fwp = wp.float32 if dtype == torch.float32 else wp.float64
-    v3, v4 = _vec(3, dtype), _vec(4, dtype)
+    v3, v4 = wp_vector(3, dtype), wp_vector(4, dtype)
     lo, hi = lidar.elevation_clamp
     return [to_wp(means, v3), to_wp(quats, v4), to_wp(scales, v3), to_wp(opacities), to_wp(intensities),
             to_wp(lidar.rot_start, v4), to_wp(lidar.trans_start, v3), to_wp(lidar.rot_end, v4),
@@ -471,7 +467,7 @@ def bin_lidar(
     W = lidar.columns
     tiles = lidar.tiles
     T = tiles.num_tiles
-    v2, v8, v4 = _vec(2, dtype), _vec(8, dtype), _vec(4, dtype)
+    v2, v8, v4 = wp_vector(2, dtype), wp_vector(8, dtype), wp_vector(4, dtype)
     fwp = wp.float32 if dtype == torch.float32 else wp.float64
     band_f = tiles.band_f
     rb = lidar.range_bits
@@ -564,7 +560,7 @@ class _RenderLidar(torch.autograd.Function):
         k = _kernels(dtype)
         C, W = lidar.channels, lidar.columns
         tiles = lidar.tiles
-        v2, v8 = _vec(2, dtype), _vec(8, dtype)
+        v2, v8 = wp_vector(2, dtype), wp_vector(8, dtype)
         channel_f = lidar.channel_f
         bins = bin_lidar(means, quats, scales, opacities, intensities, lidar, settings)
         splats, extents, values, ranges, items, tile_items, num_items, total, capacity = (
@@ -614,7 +610,7 @@ class _RenderLidar(torch.autograd.Function):
         k = _kernels(dtype)
         C, W = lidar.channels, lidar.columns
         tiles = lidar.tiles
-        v2, v3, v4, v8 = _vec(2, dtype), _vec(3, dtype), _vec(4, dtype), _vec(8, dtype)
+        v2, v3, v4, v8 = wp_vector(2, dtype), wp_vector(3, dtype), wp_vector(4, dtype), wp_vector(8, dtype)
         fwp = wp.float32 if dtype == torch.float32 else wp.float64
 
         def grad_or_zeros(g):

@@ -212,7 +212,7 @@ def project_gaussians_reference(means: torch.Tensor,  # [N, 3]
             params = {"cx": vals["cx"], "cy": vals["cy"], "angle_to_pixel": [vals[f"c{i}"] for i in range(6)],
                       "max_fov_deg": math.degrees(2 * vals["max_theta"])}
         else:
-            params = {k: v for k, v in vals.items() if k != "max_theta"}
+            params = {k: v for k, v in vals.items() if k not in ("max_theta", "max_r2")}
         model = camera_model(name, w, h, params, dtype=means.dtype)
         wide = name in ("opencv_fisheye", "ftheta")
 
@@ -225,8 +225,9 @@ def project_gaussians_reference(means: torch.Tensor,  # [N, 3]
             Rs, ts = R.expand(len(means), 3, 3), t.expand(len(means), 3)
         else:
             uv0 = proj(means @ R.T + t)
-            frac = {"top_to_bottom": uv0[:, 1] / (h - 1), "bottom_to_top": 1 - uv0[:, 1] / (h - 1),
-                    "left_to_right": uv0[:, 0] / (w - 1), "right_to_left": 1 - uv0[:, 0] / (w - 1)}[shutter]
+            rows, cols = max(h - 1, 1), max(w - 1, 1)
+            frac = {"top_to_bottom": uv0[:, 1] / rows, "bottom_to_top": 1 - uv0[:, 1] / rows,
+                    "left_to_right": uv0[:, 0] / cols, "right_to_left": 1 - uv0[:, 0] / cols}[shutter]
             Rs, ts = _camera_pose(cams, c, frac.clamp(0, 1))
         p = torch.einsum("nij,nj->ni", Rs, means) + ts
         uv = proj(p)
@@ -245,6 +246,8 @@ def project_gaussians_reference(means: torch.Tensor,  # [N, 3]
         else:
             depth = p[:, 2]
             ok = depth > near
+            if name == "opencv":  # beyond max_r the distortion folds points back: not visible
+                ok = ok & ((p[:, :2] / p[:, 2:]).square().sum(-1) < model.max_r ** 2)
         ok = ok & (depth <= far)
         Rg = quat_to_matrix(quat_normalize(quats))
         M = Rg * scales[:, None, :]

@@ -15,11 +15,16 @@ def init_warp() -> None:
     """Initialise Warp once, quietly (its banner is noise in a CLI or a test log)."""
     global _initialised
     if not _initialised:
-        wp.config.quiet = True
+        wp.config.log_level = 30  # warnings and errors only (no banner, no module-load lines)
         # Tiled kernels on the CPU run one lane per block unless told otherwise.
         wp.config.enable_cpu_blocks = True
         wp.init()
         _initialised = True
+
+
+def wp_vector(n: int, dtype: torch.dtype):
+    """The Warp vector type of length n whose scalars match a torch float dtype."""
+    return wp.types.vector(n, wp.float32 if dtype == torch.float32 else wp.float64)
 
 
 def to_wp(t: torch.Tensor, dtype=None) -> wp.array:

@@ -186,7 +186,11 @@ def generate(preset: str | Preset, out_dir: str | Path, *, seed: int = 0, ground
                            metadata={"source": "nurec_usd.synth: procedural street, Warp ray casting",
                                      "preset": preset.name, "seed": int(seed), "samples_per_pixel": spp,
                                      "world_offset_m": list(WORLD_OFFSET_M)})
-    gtw = GroundTruthWriter(gt_dir, overwrite=overwrite) if gt_dir is not None else None
+    try:
+        gtw = GroundTruthWriter(gt_dir, overwrite=overwrite) if gt_dir is not None else None
+    except BaseException:
+        writer.abort()
+        raise
     sensor_ids = [c.id for c in preset.cameras] + [preset.lidar.id]
     writers = _Writers(sensor_ids, workers=threads, max_pending=8 * threads + 16)
     try:

@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from nurec_usd.capture.staging import StagedDirectory
 
 GT_FORMAT = "nurec_usd.synth.groundtruth"
 GT_VERSION = 1
@@ -82,10 +82,8 @@ class GroundTruthWriter:
 
     def __init__(self, out_dir: str | Path, overwrite: bool = False):
         self.out_dir = Path(out_dir)
-        if self.out_dir.exists() and not overwrite:
-            raise FileExistsError(f"{self.out_dir} already exists (pass overwrite=True to replace it)")
-        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.", suffix=".partial", dir=self.out_dir.parent))
+        self._stage = StagedDirectory(self.out_dir, overwrite=overwrite)
+        self._tmp = self._stage.path
 
     @staticmethod
     def camera_rel(camera_id: str, t_us: int) -> str:
@@ -114,13 +112,10 @@ class GroundTruthWriter:
     def finish(self, index: dict[str, Any]) -> Path:
         """Write ``groundtruth.json`` and move the folder into place. Returns its path."""
         (self._tmp / GT_INDEX).write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
-        if self.out_dir.exists():
-            shutil.rmtree(self.out_dir)
-        self._tmp.rename(self.out_dir)
-        return self.out_dir
+        return self._stage.commit()
 
     def abort(self) -> None:
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        self._stage.abort()
 
 
 @dataclass

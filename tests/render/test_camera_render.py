@@ -265,5 +265,39 @@ def test_cuda_code_generation(module_name, tmp_path):
 
     init_warp()
     module = importlib.import_module(f"warp_kernels.{module_name}")
-    paths = wp.compile_aot_module(module, arch=90, module_dir=tmp_path)
+    try:
+        paths = wp.compile_aot_module(module, arch=90, module_dir=tmp_path)
+    except Exception as exc:  # pragma: no cover - Warp builds without NVRTC (e.g. macOS)
+        if "nvrtc" in str(exc).lower():
+            pytest.skip(f"no NVRTC here: {exc}")
+        raise
     assert paths and all(p.exists() and p.stat().st_size > 0 for p in paths)
+
+
+def test_opencv_points_folded_back_by_the_distortion_are_not_drawn():
+    """Beyond the radius where the OpenCV distortion stops increasing, the model maps points
+    back into the image; the sensor model calls them invalid and the renderer must not draw them."""
+    from nurec_usd.sensors.cameras import camera_model
+
+    params = {"fx": 40.0, "fy": 40.0, "cx": 19.5, "cy": 14.5, "k1": -0.3, "k2": 0.0, "p1": 0.0, "p2": 0.0}
+    max_r = camera_model("opencv", W, H, params, dtype=torch.float64).max_r
+    assert 1.0 < max_r < 1.2
+    means = torch.tensor([[2.0 * 3.0, 0.0, 3.0], [0.2 * 3.0, 0.0, 3.0]])  # x/z = 2 (folded) and 0.2 (fine)
+    quats = torch.tensor([[1.0, 0, 0, 0]] * 2)
+    scales = torch.full((2, 3), 0.05)
+    opacities = torch.full((2,), 0.9)
+    colors = torch.rand(2, 3)
+    cams = CameraBatch.create(["opencv"], [params], W, H, torch.eye(4)[None])
+    out = render_cameras(means, quats, scales, opacities, colors, cams)
+    assert out.radii[0, 0] == 0 and out.radii[0, 1] > 0
+    ref = render_cameras_reference(means, quats, scales, opacities, colors, cams)
+    assert ref[4][0, 0] == 0
+    torch.testing.assert_close(out.rgb, ref[0], atol=2e-5, rtol=1e-4)
+
+
+def test_camera_batch_refuses_unclear_shutters():
+    start = torch.eye(4)[None]
+    with pytest.raises(ValueError, match="without shutters"):
+        CameraBatch.create(["pinhole"], [PARAMS["pinhole"]], W, H, start, start)
+    with pytest.raises(ValueError, match="unknown shutter"):
+        CameraBatch.create(["pinhole"], [PARAMS["pinhole"]], W, H, start, start, ["sideways"])
