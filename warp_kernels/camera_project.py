@@ -29,7 +29,9 @@ SHUTTER_RIGHT_TO_LEFT = 4
 # Index of each parameter inside a camera's vec16.
 CAMERA_PARAM_LAYOUT = {
     "pinhole": ("fx", "fy", "cx", "cy"),
-    "opencv": ("fx", "fy", "cx", "cy", "k1", "k2", "k3", "k4", "k5", "k6", "p1", "p2"),
+    # max_r2: squared normalised radius where the distortion stops increasing (beyond it the
+    # model folds points back into the image: they are not visible)
+    "opencv": ("fx", "fy", "cx", "cy", "k1", "k2", "k3", "k4", "k5", "k6", "p1", "p2", "max_r2"),
     "opencv_fisheye": ("fx", "fy", "cx", "cy", "k1", "k2", "k3", "k4", "max_theta"),
     # rho(theta) = sum c_i theta^i; fx = fy = 1 so the radial-angle code is shared with the fisheye
     "ftheta": ("fx", "fy", "cx", "cy", "c0", "c1", "c2", "c3", "c4", "c5", "max_theta"),
@@ -167,6 +169,8 @@ def make_projection_kernel(float_t):
             xd = xn
             yd = yn
             if model == MODEL_OPENCV:
+                if xn * xn + yn * yn >= k[12]:
+                    ok = False
                 xd, yd = opencv_distort(k, xn, yn)
                 D = opencv_jacobian(k, xj, yj)
             uv = vec2(fx * xd + cx, fy * yd + cy)
@@ -198,14 +202,16 @@ def make_projection_kernel(float_t):
     def line_fraction(shutter: int, uv: vec2, width: int, height: int):
         """Readout position of pixel uv in [0, 1] (0: first line read)."""
         frac = float_t(0.0)
+        rows = float_t(wp.max(height - 1, 1))  # a single line is read at once
+        cols = float_t(wp.max(width - 1, 1))
         if shutter == SHUTTER_TOP_TO_BOTTOM:
-            frac = uv[1] / float_t(height - 1)
+            frac = uv[1] / rows
         elif shutter == SHUTTER_BOTTOM_TO_TOP:
-            frac = float_t(1.0) - uv[1] / float_t(height - 1)
+            frac = float_t(1.0) - uv[1] / rows
         elif shutter == SHUTTER_LEFT_TO_RIGHT:
-            frac = uv[0] / float_t(width - 1)
+            frac = uv[0] / cols
         elif shutter == SHUTTER_RIGHT_TO_LEFT:
-            frac = float_t(1.0) - uv[0] / float_t(width - 1)
+            frac = float_t(1.0) - uv[0] / cols
         return wp.clamp(frac, float_t(0.0), float_t(1.0))
 
     @wp.func
