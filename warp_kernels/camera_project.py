@@ -12,8 +12,9 @@ the rolling-shutter readout. Quaternions arrive as ``vec4`` in the project's (w,
 order and become Warp's (x, y, z, w) ``quat`` here, at the kernel boundary.
 """
 
-
 import warp as wp
+
+from warp_kernels.pose_funcs import make_pose_funcs
 
 MODEL_PINHOLE = 0
 MODEL_OPENCV = 1
@@ -73,9 +74,7 @@ def make_projection_kernel(float_t):
     vec4 = wp.types.vector(4, float_t)
     quat = wp.types.quaternion(float_t)
 
-    @wp.func
-    def to_quat(wxyz: vec4):
-        return quat(wxyz[1], wxyz[2], wxyz[3], wxyz[0])
+    to_quat, pose_at = make_pose_funcs(float_t)
 
     @wp.func
     def project_radial_angle(p: vec3, fx: float_t, fy: float_t, cx: float_t, cy: float_t, f: float_t,
@@ -213,19 +212,6 @@ def make_projection_kernel(float_t):
         elif shutter == SHUTTER_RIGHT_TO_LEFT:
             frac = float_t(1.0) - uv[0] / cols
         return wp.clamp(frac, float_t(0.0), float_t(1.0))
-
-    @wp.func
-    def pose_at(q0: quat, t0: vec3, q1: quat, t1: vec3, a: float_t):
-        """T_camera_world between the readout's start (a=0) and end (a=1): slerp + lerp."""
-        d = wp.dot(q0, q1)
-        q = q0
-        if d < float_t(0.9999995):
-            ang = wp.acos(wp.clamp(d, float_t(-1.0), float_t(1.0)))
-            s = wp.sin(ang)
-            q = q0 * (wp.sin((float_t(1.0) - a) * ang) / s) + q1 * (wp.sin(a * ang) / s)
-        else:
-            q = wp.normalize(q0 * (float_t(1.0) - a) + q1 * a)
-        return wp.quat_to_matrix(q), t0 * (float_t(1.0) - a) + t1 * a
 
     @wp.func
     def sh_channel(degree: int, sh: wp.array3d(dtype=float_t), i: int, ch: int, d: vec3):

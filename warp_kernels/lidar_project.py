@@ -49,6 +49,8 @@ import math
 
 import warp as wp
 
+from warp_kernels.pose_funcs import make_pose_funcs
+
 ALPHA_MIN = 1.0 / 255.0  # the compositor skips smaller alphas, so a splat ends where it would reach them
 BEAM_EPS = 0.3  # beam footprint variance, in units of the squared beam spacing of each axis
 ELEVATION_MARGIN = 0.1  # rad beyond the channel elevations where the Jacobian's elevation is clamped
@@ -67,22 +69,7 @@ def make_projection_kernel(float_t):
     mat23 = wp.types.matrix((2, 3), float_t)
     quat = wp.types.quaternion(float_t)
 
-    @wp.func
-    def to_quat(wxyz: vec4):
-        return quat(wxyz[1], wxyz[2], wxyz[3], wxyz[0])
-
-    @wp.func
-    def pose_at(q0: quat, t0: vec3, q1: quat, t1: vec3, a: float_t):
-        """T_lidar_world at sweep fraction a (0: start, 1: end): slerp + lerp."""
-        d = wp.dot(q0, q1)
-        q = q0
-        if d < float_t(0.9999995):
-            ang = wp.acos(wp.clamp(d, float_t(-1.0), float_t(1.0)))
-            s = wp.sin(ang)
-            q = q0 * (wp.sin((float_t(1.0) - a) * ang) / s) + q1 * (wp.sin(a * ang) / s)
-        else:
-            q = wp.normalize(q0 * (float_t(1.0) - a) + q1 * a)
-        return wp.quat_to_matrix(q), t0 * (float_t(1.0) - a) + t1 * a
+    to_quat, pose_at = make_pose_funcs(float_t)
 
     @wp.func
     def sweep_azimuth(p: vec3, sign: float_t, start: float_t):
