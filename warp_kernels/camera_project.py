@@ -14,6 +14,7 @@ order and become Warp's (x, y, z, w) ``quat`` here, at the kernel boundary.
 
 import warp as wp
 
+from warp_kernels.compositing import ALPHA_MIN
 from warp_kernels.pose_funcs import make_pose_funcs
 
 MODEL_PINHOLE = 0
@@ -40,7 +41,6 @@ CAMERA_PARAM_LAYOUT = {
 
 # Compositing constants shared with the rasterizer and the torch twin.
 EPS_2D = 0.3  # pixels^2 added to every 2D covariance (a pixel's footprint)
-ALPHA_MIN = 1.0 / 255.0  # the compositor skips smaller alphas, so a splat ends where it would reach them
 # The linearisation behind EWA splatting fails far outside the view: the Jacobian of the
 # perspective models is taken at the point clamped to the image plus this fraction of
 # its size on each side (otherwise a point just past the near plane and off to the side

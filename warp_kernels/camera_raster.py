@@ -16,6 +16,7 @@ adjoint: compositing loops have run-time trip counts, which Warp's adjoint canno
 
 import warp as wp
 
+from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN
 from warp_kernels.tile_binning import TILE_SIZE
 from warp_kernels.warp_lanes import lane_id, warp_any, warp_sum_f32, warp_sum_f64
 
@@ -24,9 +25,6 @@ wp.set_module_options({"enable_backward": False, "fast_math": True})
 
 TILE_PIXELS = TILE_SIZE * TILE_SIZE
 BATCH = TILE_PIXELS  # Gaussians staged in shared memory at a time (one per thread)
-ALPHA_MIN = 1.0 / 255.0
-ALPHA_MAX = 0.99
-T_MIN = 1e-4
 
 
 def make_raster_kernels(float_t, warp_sum, launch_bounds=None):

@@ -49,9 +49,9 @@ import math
 
 import warp as wp
 
+from warp_kernels.compositing import ALPHA_MIN
 from warp_kernels.pose_funcs import make_pose_funcs
 
-ALPHA_MIN = 1.0 / 255.0  # the compositor skips smaller alphas, so a splat ends where it would reach them
 BEAM_EPS = 0.3  # beam footprint variance, in units of the squared beam spacing of each axis
 ELEVATION_MARGIN = 0.1  # rad beyond the channel elevations where the Jacobian's elevation is clamped
 ELEVATION_LIMIT = 1.45  # rad: the clamp never goes closer than ~7 degrees to the poles

@@ -45,6 +45,7 @@ import os
 
 import warp as wp
 
+from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN
 from warp_kernels.lidar_binning import TILE_RAYS
 from warp_kernels.warp_lanes import lane_id, warp_any, warp_sum_f32, warp_sum_f64
 
@@ -52,9 +53,6 @@ from warp_kernels.warp_lanes import lane_id, warp_any, warp_sum_f32, warp_sum_f6
 wp.set_module_options({"enable_backward": False, "fast_math": True})
 
 BATCH = TILE_RAYS  # Gaussians staged in shared memory at a time (one gather per thread)
-ALPHA_MIN = 1.0 / 255.0
-ALPHA_MAX = 0.99
-T_MIN = 1e-4
 MEDIAN_T = 0.5  # the median return: where the accumulated opacity 1 - T reaches 0.5
 
 # Register budget of the float32 per-item kernels: ``__launch_bounds__(256, 4)`` (four

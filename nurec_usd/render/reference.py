@@ -17,6 +17,11 @@ import torch
 
 from nurec_usd.sensors.se3 import quat_multiply, quat_normalize, quat_slerp, quat_to_matrix
 
+# The constants are the kernels' specification, so the twins take them from the same place.
+from warp_kernels.camera_project import EPS_2D, FRUSTUM_MARGIN
+from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN
+from warp_kernels.tile_binning import TILE_SIZE
+
 __all__ = ["so3_exp_quat", "actor_poses_reference", "interpolate_gaussians_reference", "sh_to_rgb_reference",
            "project_gaussians_reference", "rasterize_reference", "render_cameras_reference"]
 
@@ -145,12 +150,6 @@ SH_C1 = 0.4886025119029199
 SH_C2 = (1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.0925484305920792, 0.5462742152960396)
 SH_C3 = (-0.5900435899266435, 2.890611442640554, -0.4570457994644658, 0.3731763325901154,
          -0.4570457994644658, 1.445305721320277, -0.5900435899266435)
-EPS_2D = 0.3
-FRUSTUM_MARGIN = 0.15
-TILE_SIZE = 16
-ALPHA_MIN = 1.0 / 255.0
-ALPHA_MAX = 0.99
-T_MIN = 1e-4
 
 
 def sh_to_rgb_reference(sh: torch.Tensor,  # [N, K, 3]
