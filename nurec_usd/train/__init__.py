@@ -1,0 +1,1 @@
+"""Training: optimiser (and, later, the trainer, losses, densification and schedules)."""
