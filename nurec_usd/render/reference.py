@@ -22,7 +22,7 @@ from warp_kernels.camera_project import EPS_2D, FRUSTUM_MARGIN
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN
 from warp_kernels.tile_binning import TILE_SIZE
 
-__all__ = ["so3_exp_quat", "actor_poses_reference", "interpolate_gaussians_reference", "sh_to_rgb_reference",
+__all__ = ["so3_exp_quat", "actor_poses_reference", "interpolate_gaussians_reference", "composite_front_to_back", "sh_to_rgb_reference",
            "project_gaussians_reference", "rasterize_reference", "render_cameras_reference"]
 
 # Same threshold as the kernel's so3_exp (squared angle, rad^2).
@@ -150,6 +150,20 @@ SH_C1 = 0.4886025119029199
 SH_C2 = (1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.0925484305920792, 0.5462742152960396)
 SH_C3 = (-0.5900435899266435, 2.890611442640554, -0.4570457994644658, 0.3731763325901154,
          -0.4570457994644658, 1.445305721320277, -0.5900435899266435)
+
+
+def composite_front_to_back(alpha: torch.Tensor,  # [R, G] per ray (pixel) and depth-sorted Gaussian
+                            use: torch.Tensor,  # [R, G] bool: the entries the kernel composites
+                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The kernels' front-to-back walk, dense: unused entries contribute nothing and the walk
+    stops before the transmittance would fall to T_MIN. Returns (alpha with everything from
+    the stop on zeroed [R, G], weights alpha_i T_i [R, G], final transmittance [R])."""
+    alpha = torch.where(use, alpha, torch.zeros_like(alpha))
+    after = torch.cumprod(1 - alpha, dim=1)  # T after each Gaussian
+    before = torch.cat([torch.ones_like(after[:, :1]), after[:, :-1]], 1)
+    stopped = torch.cumsum((use & (after <= T_MIN)).to(torch.int32), 1) > 0  # the kernel stops before those
+    alpha = torch.where(stopped, torch.zeros_like(alpha), alpha)
+    return alpha, alpha * before, torch.prod(1 - alpha, dim=1)
 
 
 def sh_to_rgb_reference(sh: torch.Tensor,  # [N, K, 3]
@@ -311,15 +325,7 @@ def rasterize_reference(means2d: torch.Tensor,  # [C, N, 2]
         dy = m[None, :, 1] - pix[:, None, 1]
         sigma = 0.5 * (q[None, :, 0] * dx * dx + q[None, :, 2] * dy * dy) + q[None, :, 1] * dx * dy
         alpha = torch.clamp(op[None] * torch.exp(-sigma), max=ALPHA_MAX)
-        use = in_rect & (sigma >= 0) & (alpha >= ALPHA_MIN)
-        alpha = torch.where(use, alpha, torch.zeros_like(alpha))
-        after = torch.cumprod(1 - alpha, dim=1)  # T after each Gaussian
-        before = torch.cat([torch.ones_like(after[:, :1]), after[:, :-1]], 1)
-        stop = use & (after <= T_MIN)  # the kernel stops before such a Gaussian
-        stopped = torch.cumsum(stop.to(torch.int32), 1) > 0
-        alpha = torch.where(stopped, torch.zeros_like(alpha), alpha)
-        weight = alpha * before
-        t_final = torch.prod(1 - alpha, dim=1)
+        _, weight, t_final = composite_front_to_back(alpha, in_rect & (sigma >= 0) & (alpha >= ALPHA_MIN))
         rgb = weight @ col + t_final[:, None] * background[c]
         rgbs.append(rgb.reshape(height, width, 3))
         alphas.append((1 - t_final).reshape(height, width))
@@ -477,15 +483,7 @@ def rasterize_lidar_reference(splats: torch.Tensor,  # [N, 8]
     de = rec[None, :, 1] - ray_el
     sigma = 0.5 * (rec[None, :, 2] * da * da + rec[None, :, 4] * de * de) + rec[None, :, 3] * da * de
     alpha = torch.clamp(rec[None, :, 6] * torch.exp(-sigma), max=ALPHA_MAX)
-    use = mask & (sigma >= 0) & (alpha >= ALPHA_MIN)
-    alpha = torch.where(use, alpha, torch.zeros_like(alpha))
-    after = torch.cumprod(1 - alpha, dim=1)  # T after each Gaussian
-    before = torch.cat([torch.ones_like(after[:, :1]), after[:, :-1]], 1)
-    stop = use & (after <= T_MIN)  # the kernel stops before such a Gaussian
-    stopped = torch.cumsum(stop.to(torch.int32), 1) > 0
-    alpha = torch.where(stopped, torch.zeros_like(alpha), alpha)
-    weight = alpha * before
-    t_final = torch.prod(1 - alpha, dim=1)
+    alpha, weight, t_final = composite_front_to_back(alpha, mask & (sigma >= 0) & (alpha >= ALPHA_MIN))
     range_sum = weight @ rec[:, 5]
     int_sum = weight @ rec[:, 7]
     # median: the first Gaussian after which T falls to <= MEDIAN_T
