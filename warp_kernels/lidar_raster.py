@@ -129,6 +129,12 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds):
             da += float_t(TWO_PI)
         return da, rec[1] - ray_el
 
+    @wp.func
+    def splat_sigma(rec: vec8, ray_az: float_t, ray_el: float_t):
+        """Offsets (da, de) of the splat from the ray and sigma = 0.5 d^T conic d."""
+        da, de = offsets(rec, ray_az, ray_el)
+        return da, de, float_t(0.5) * (rec[2] * da * da + rec[4] * de * de) + rec[3] * da * de
+
     @wp.kernel(launch_bounds=launch_bounds, grid_stride=False)
     def chunk_transmittance(
         items: wp.array(dtype=wp.vec4i),  # [I] (tile, start, end, chunk index)
@@ -170,8 +176,7 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds):
             for kk in range(n_b):
                 if done == 0 and (wp.tile_extract(t_bits, kk) >> warp_index(lane)) & 1 != 0:
                     rec = wp.tile_extract(t_rec, kk)
-                    da, de = offsets(rec, ray_az, ray_el)
-                    sigma = float_t(0.5) * (rec[2] * da * da + rec[4] * de * de) + rec[3] * da * de
+                    da, de, sigma = splat_sigma(rec, ray_az, ray_el)
                     alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
                     if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
                         P *= float_t(1.0) - alpha
@@ -232,8 +237,7 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds):
             for kk in range(n_b):
                 if done == 0 and (wp.tile_extract(t_bits, kk) >> warp_index(lane)) & 1 != 0:
                     rec = wp.tile_extract(t_rec, kk)
-                    da, de = offsets(rec, ray_az, ray_el)
-                    sigma = float_t(0.5) * (rec[2] * da * da + rec[4] * de * de) + rec[3] * da * de
+                    da, de, sigma = splat_sigma(rec, ray_az, ray_el)
                     alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
                     if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
                         next_T = T * (float_t(1.0) - alpha)
@@ -367,8 +371,7 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds):
                 d = vec8()
                 if base + kx < last:
                     rec = wp.tile_extract(t_rec, kx)
-                    da, de = offsets(rec, ray_az, ray_el)
-                    sigma = float_t(0.5) * (rec[2] * da * da + rec[4] * de * de) + rec[3] * da * de
+                    da, de, sigma = splat_sigma(rec, ray_az, ray_el)
                     g = wp.exp(-sigma)
                     raw = rec[6] * g
                     alpha = wp.min(float_t(ALPHA_MAX), raw)
