@@ -24,6 +24,7 @@ from typing import Callable
 
 import torch
 
+from benchmarks.timing import median_ms
 from nurec_usd.render.interpolate import PoseCorrections, TrackKeys, interpolate_gaussians
 from nurec_usd.render.reference import interpolate_gaussians_reference
 
@@ -79,23 +80,7 @@ def _sync(device: torch.device) -> None:
 
 def time_eager(fn: Callable[[], object], device: torch.device, reps: int, warmup: int) -> float:
     """Median microseconds of one call, from CUDA events (perf_counter on CPU)."""
-    for _ in range(warmup):
-        fn()
-    _sync(device)
-    samples = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(samples)
+    return 1e3 * median_ms(fn, device, reps, warmup)
 
 
 def time_host(fn: Callable[[], object], device: torch.device, reps: int) -> float:

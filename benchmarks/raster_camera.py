@@ -16,7 +16,6 @@ the two images checks that.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.timing import median_ms  # noqa: E402
 from nurec_usd.render.camera import CameraBatch, RenderSettings, render_cameras  # noqa: E402
 
 CONFIGS = [  # (grid g, cameras, scale of the 648x420 resolution)
@@ -54,20 +54,6 @@ def build_inputs(path: Path, g: int, device: torch.device):
         int(d["width"]), int(d["height"])
 
 
-def cuda_time(fn, reps: int, warmup: int = 3) -> float:
-    """Median milliseconds of fn() over reps, with CUDA events."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
 
 
 def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -111,8 +97,8 @@ def tune(args, device: torch.device) -> None:
                 o = render_cameras(*leaves, cams, settings=settings)
                 o.rgb.sum().backward()
 
-            f = cuda_time(lambda: render_cameras(*params, cams, settings=settings), args.reps)
-            fb = cuda_time(fwd_bwd, args.reps)
+            f = median_ms(lambda: render_cameras(*params, cams, settings=settings), device, args.reps)
+            fb = median_ms(fwd_bwd, device, args.reps)
             print(f"| {lb or 'default'} | {index} | {f:.2f} ms | {fb:.2f} ms |", flush=True)
         kraster.rasterize_forward_f32, kraster.rasterize_backward_f32 = default
 
@@ -163,8 +149,8 @@ def main() -> None:
             o.rgb.sum().backward()
 
         row = {"n": len(means), "views": f"{ncam} x {w}x{h}", "isect": int(out.intersections)}
-        row["ours_fwd"] = cuda_time(ours_fwd, args.reps)
-        row["ours_fb"] = cuda_time(ours_fwd_bwd, args.reps)
+        row["ours_fwd"] = median_ms(ours_fwd, device, args.reps)
+        row["ours_fb"] = median_ms(ours_fwd_bwd, device, args.reps)
         if gsplat is not None:
             def gs_fwd():
                 gsplat.rasterization(*params, viewmats, Ks, w, h)
@@ -173,8 +159,8 @@ def main() -> None:
                 img, _, _ = gsplat.rasterization(*leaves, viewmats, Ks, w, h)
                 img.sum().backward()
 
-            row["gs_fwd"] = cuda_time(gs_fwd, args.reps)
-            row["gs_fb"] = cuda_time(gs_fwd_bwd, args.reps)
+            row["gs_fwd"] = median_ms(gs_fwd, device, args.reps)
+            row["gs_fb"] = median_ms(gs_fwd_bwd, device, args.reps)
             ref, _, _ = gsplat.rasterization(*params, viewmats, Ks, w, h)
             mine = render_cameras(*params, cams, settings=settings).rgb
             row["psnr"] = psnr(mine, ref)

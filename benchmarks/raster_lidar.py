@@ -30,16 +30,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from benchmarks.timing import median_ms  # noqa: E402
 
 # imported in main(), after --min-blocks has set the kernels' register budget
 LidarRenderSettings = bin_lidar = render_lidar = tile_work = render_lidar_reference = None
@@ -58,28 +58,6 @@ FIELDS = ("range_sum", "intensity_sum", "hit_prob", "median_range")
 PARAM_NAMES = ("means", "quats", "scales", "opacities", "intensities")
 
 
-def timer(device: torch.device):
-    """A function timing fn() over reps (median milliseconds): CUDA events on a GPU, wall clock on the CPU."""
-    def run(fn, reps: int, warmup: int = 3) -> float:
-        for _ in range(warmup):
-            fn()
-        times = []
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            for _ in range(reps):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                fn()
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b))
-        else:
-            for _ in range(reps):
-                t = time.perf_counter()
-                fn()
-                times.append(1e3 * (time.perf_counter() - t))
-        return statistics.median(times)
-    return run
 
 
 def check_against_twin(device: torch.device, n: int) -> bool:
@@ -177,7 +155,8 @@ def main() -> None:
         args.sizes, args.channels, args.columns, args.reps = "20000", 32, 512, min(args.reps, 3)
         args.check_n = min(args.check_n, 1500)
     band_rows = args.band_rows if args.band_rows == "auto" else int(args.band_rows)
-    measure = timer(device)
+    def measure(fn, reps):
+        return median_ms(fn, device, reps)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
 
     check_ok = check_against_twin(device, args.check_n) if args.check_n > 0 else None
