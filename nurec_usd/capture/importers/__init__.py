@@ -1,0 +1,76 @@
+"""Importers: captures in other formats read into the same in-memory ``Capture`` as the native loader.
+
+Each format is one module here with two functions:
+
+- ``detect(path: Path) -> bool``: whether ``path`` (a directory or a file) looks like that format;
+- ``load(path: Path) -> Capture``: the capture, or ``CaptureError`` naming the file and field.
+
+``load_any`` picks the format (``detect`` of each, native first) unless one is forced.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from nurec_usd.capture.errors import CaptureError, Problem
+from nurec_usd.capture.model import Capture
+
+# format name -> module (the native loader is not an importer, but it is detected first)
+IMPORTERS = {
+    "nerfstudio": "nurec_usd.capture.importers.nerfstudio",
+    "colmap": "nurec_usd.capture.importers.colmap",
+    "dgp": "nurec_usd.capture.importers.dgp",
+    "kitti": "nurec_usd.capture.importers.kitti",
+    "ncore": "nurec_usd.capture.importers.ncore",
+}
+FORMATS = ("native", *IMPORTERS)
+
+
+def _module(name: str):
+    try:
+        return importlib.import_module(IMPORTERS[name])
+    except ModuleNotFoundError as err:
+        if err.name == IMPORTERS[name]:
+            return None  # not written yet
+        raise
+
+
+def available_formats() -> list[str]:
+    """The formats this installation can read."""
+    return ["native"] + [name for name in IMPORTERS if _module(name) is not None]
+
+
+def _is_native(path: Path) -> bool:
+    manifest = path / "capture.json" if path.is_dir() else path
+    return manifest.name == "capture.json" and manifest.is_file()
+
+
+def detect_format(path: str | Path) -> str:
+    """The format of the capture at ``path``; ``CaptureError`` when no reader recognises it."""
+    path = Path(path)
+    if not path.exists():
+        raise CaptureError([Problem(str(path), "", "no such file or directory")])
+    if _is_native(path):
+        return "native"
+    for name in IMPORTERS:
+        module = _module(name)
+        if module is not None and module.detect(path):
+            return name
+    raise CaptureError([Problem(str(path), "", "not a capture in any known format (looked for: "
+                                + ", ".join(available_formats()) + "); force one with --format")])
+
+
+def load_any(path: str | Path, format: str | None = None) -> Capture:
+    """Load a capture in any supported format (detected unless ``format`` is given)."""
+    from nurec_usd.capture.loader import load_capture
+
+    name = format or detect_format(path)
+    if name == "native":
+        return load_capture(path)
+    if name not in IMPORTERS:
+        raise ValueError(f"unknown format {name!r}; known: {', '.join(FORMATS)}")
+    module = _module(name)
+    if module is None:
+        raise ValueError(f"the {name} importer is not available in this version")
+    return module.load(Path(path))
