@@ -512,3 +512,37 @@ def render_lidar_reference(means, quats, scales, opacities, intensities, lidar, 
 
 __all__ += ["project_lidar_reference", "lidar_tile_mask_reference", "rasterize_lidar_reference",
             "render_lidar_reference"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Nearest-neighbour distances (twin of warp_kernels/point_neighbors.py via nurec_usd.scene.neighbors)
+
+
+def knn_distances_reference(points: torch.Tensor, k: int = 3) -> torch.Tensor:
+    """Twin of ``nurec_usd.scene.neighbors.knn_distances``: brute force over all pairs.
+
+    Args:
+        points: positions.  # [N, 3]
+        k: neighbours per point.
+    Returns:
+        distances to the k nearest other points (a duplicate is at 0), ascending; +inf past
+        N - 1 neighbours.  # [N, k]
+    """
+    n = points.shape[0]
+    out = points.new_full((n, k), math.inf)  # [N, k]
+    kk = min(k, n - 1)
+    if kk < 1:
+        return out
+    chunk = max(1, (1 << 22) // n)  # rows per chunk: [chunk, N, 3] differences at a time
+    for s in range(0, n, chunk):
+        rows = torch.arange(s, min(s + chunk, n), device=points.device)  # [c]
+        # explicit differences, not torch.cdist: its default matrix-product form loses small
+        # distances (two points 1 mm apart at 100 m from the origin come out at 0)
+        diff = points[None, :, :] - points[rows, None, :]  # [c, N, 3]
+        d2 = diff[..., 0] * diff[..., 0] + diff[..., 1] * diff[..., 1] + diff[..., 2] * diff[..., 2]  # [c, N]
+        d2[torch.arange(len(rows), device=points.device), rows] = math.inf  # not the point itself
+        out[rows, :kk] = torch.topk(d2, kk, dim=1, largest=False).values.sqrt()
+    return out
+
+
+__all__ += ["knn_distances_reference"]
