@@ -67,8 +67,21 @@ def capture_summary(capture: Capture) -> dict[str, Any]:
             "path_m": float(np.linalg.norm(np.diff(t.T_world_box[:, :3, 3], axis=0), axis=1).sum()),
         } for t in capture.tracks.values()],
         "tracks_by_class": dict(sorted(Counter(t.label for t in capture.tracks.values()).items())),
-        "metadata": capture.metadata,
+        "metadata": _jsonable(capture.metadata),
     }
+
+
+def _jsonable(value):
+    """Metadata as JSON can hold it: arrays (e.g. an importer's SfM points) summarised by shape and type."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return {"array": list(value.shape), "dtype": str(value.dtype)}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 def _lidar_line(lidar: Lidar) -> str:

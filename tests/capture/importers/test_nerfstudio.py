@@ -1,0 +1,373 @@
+"""nerfstudio importer: a transforms.json written from the bundled synth sample reads back to the same cameras.
+
+The fixtures convert ``samples/tiny`` into nerfstudio's conventions: camera-to-world
+``transform_matrix`` in OpenGL camera axes (x right, y up, z back), principal points in
+nerfstudio's pixel convention (pixel centres at index + 0.5), intrinsics shared at the top
+level or given per frame, and a PLY of sparse points. Importing it back must give the native
+poses and intrinsics, and 3D points (the sample's lidar points) must project onto the same
+pixels through the imported cameras as through the native ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from nurec_usd.capture import Camera, Capture, CaptureError, load_capture
+from nurec_usd.capture.importers import colmap, detect_format, load_any, nerfstudio
+from nurec_usd.sensors.se3 import interpolate_poses
+
+REPO = Path(__file__).resolve().parents[3]
+SAMPLE = REPO / "samples" / "tiny"
+GL_FROM_CV = np.diag([1.0, -1.0, -1.0, 1.0])  # its own inverse
+
+
+# --------------------------------------------------------------------------------------
+# The native sample, as absolute (not re-centred) camera poses and world points
+
+
+@pytest.fixture(scope="module")
+def native() -> Capture:
+    return load_capture(SAMPLE)
+
+
+def rig_pose(cap: Capture, t_us: int) -> np.ndarray:
+    """T_world_rig (re-centred world) at a time, interpolated like every consumer does."""
+    T = interpolate_poses(torch.from_numpy(cap.seconds(cap.rig.timestamps_us)), torch.from_numpy(cap.rig.T_world_rig),
+                          torch.tensor(cap.seconds(t_us), dtype=torch.float64))
+    return T.numpy()
+
+
+def camera_to_world(cap: Capture, cam: Camera, t_us: int) -> np.ndarray:
+    """Absolute camera-to-world (OpenCV axes) in the coordinates the capture was written in."""
+    T = rig_pose(cap, t_us) @ cam.T_rig_camera
+    T[:3, 3] += cap.world_offset_m
+    return T
+
+
+def world_points(cap: Capture, step: int = 4) -> np.ndarray:
+    """Lidar points of the first sweep in the absolute world: float64 [N, 3]."""
+    lidar = cap.lidars["top"]
+    sweep = lidar.load_sweep(0)
+    T = rig_pose(cap, lidar.sweeps[0].timestamp_us) @ lidar.T_rig_lidar
+    p = sweep.points[::step].astype(np.float64)
+    return p @ T[:3, :3].T + T[:3, 3] + cap.world_offset_m
+
+
+# --------------------------------------------------------------------------------------
+# Writing transforms.json (our own writer, from nerfstudio's documented conventions)
+
+
+def ns_intrinsics(cam: Camera) -> dict:
+    """nerfstudio intrinsics of a native camera; principal point in nerfstudio's pixel convention."""
+    i = cam.intrinsics
+    out = {"w": cam.width, "h": cam.height, "fl_x": i["fx"], "fl_y": i["fy"], "cx": i["cx"] + 0.5, "cy": i["cy"] + 0.5}
+    if cam.model == "pinhole":
+        out.update(camera_model="OPENCV", k1=0.0, k2=0.0, p1=0.0, p2=0.0)  # as ns-process-data writes PINHOLE-like data
+    elif cam.model == "opencv":
+        out.update(camera_model="OPENCV", k1=i["k1"], k2=i["k2"], k3=i.get("k3", 0.0), p1=i["p1"], p2=i["p2"])
+    elif cam.model == "opencv_fisheye":
+        out.update(camera_model="OPENCV_FISHEYE", k1=i["k1"], k2=i["k2"], k3=i["k3"], k4=i["k4"])
+    else:
+        raise AssertionError(cam.model)
+    return out
+
+
+def write_ply_ascii(path: Path, xyz: np.ndarray, rgb: np.ndarray) -> None:
+    lines = ["ply", "format ascii 1.0", "comment written by the test", f"element vertex {len(xyz)}",
+             "property double x", "property double y", "property double z",
+             "property uint8 red", "property uint8 green", "property uint8 blue", "end_header"]
+    lines += [" ".join([*map(repr, p.tolist()), *map(str, c.tolist())]) for p, c in zip(xyz, rgb)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_ply_binary(path: Path, xyz: np.ndarray, rgb: np.ndarray) -> None:
+    # A face element before the vertices (fixed size) and float colours in [0, 1]: both must be handled.
+    header = ["ply", "format binary_little_endian 1.0", "element camera 1", "property float focal",
+              f"element vertex {len(xyz)}", "property double x", "property double y", "property double z",
+              "property float red", "property float green", "property float blue", "end_header"]
+    table = np.zeros(len(xyz), dtype=[("x", "<f8"), ("y", "<f8"), ("z", "<f8"),
+                                      ("red", "<f4"), ("green", "<f4"), ("blue", "<f4")])
+    for k, name in enumerate("xyz"):
+        table[name] = xyz[:, k]
+    for k, name in enumerate(("red", "green", "blue")):
+        table[name] = rgb[:, k] / 255.0
+    path.write_bytes(("\n".join(header) + "\n").encode() + np.float32(1.0).tobytes() + table.tobytes())
+
+
+def write_dataset(native: Capture, root: Path, cameras: tuple[str, ...], per_frame: bool,
+                  ply: str | None = "ascii", masks: bool = False) -> dict:
+    """A nerfstudio dataset of some sample cameras.
+
+    With ``per_frame`` every frame carries its own intrinsics (and camera_model); otherwise the
+    (single) camera's intrinsics sit at the top level. Returns file_path -> (camera, absolute
+    camera-to-world) and the points written to the PLY.
+    """
+    root.mkdir(parents=True)
+    frames, truth = [], {}
+    for cam_name in cameras:
+        cam = native.cameras[cam_name]
+        (root / "images" / cam_name).mkdir(parents=True)
+        for k, frame in enumerate(cam.frames):
+            rel = f"images/{cam_name}/{frame.timestamp_us}.png"
+            shutil.copyfile(frame.image_path, root / rel)
+            T = camera_to_world(native, cam, frame.timestamp_us)
+            entry = {"file_path": rel, "transform_matrix": (T @ GL_FROM_CV).tolist(), "colmap_im_id": k}
+            if per_frame:
+                entry.update(ns_intrinsics(cam))
+            if masks and k % 2 == 0:
+                (root / "masks" / cam_name).mkdir(parents=True, exist_ok=True)
+                mask_rel = f"masks/{cam_name}/{frame.timestamp_us}.png"
+                Image.new("L", (cam.width, cam.height), 255).save(root / mask_rel)
+                entry["mask_path"] = mask_rel
+            frames.append(entry)
+            truth[rel] = (cam_name, T)
+    frames.reverse()  # file order is not name order: the importer must sort by file_path
+    meta: dict = {"camera_model": "OPENCV"}
+    if not per_frame:
+        (cam_name,) = cameras
+        meta.update(ns_intrinsics(native.cameras[cam_name]))
+    meta["frames"] = frames
+    xyz = world_points(native)
+    rgb = (np.arange(3 * len(xyz)).reshape(-1, 3) * 53 % 256).astype(np.uint8)
+    if ply is not None:
+        meta["ply_file_path"] = "sparse_pc.ply"
+        (write_ply_ascii if ply == "ascii" else write_ply_binary)(root / "sparse_pc.ply", xyz, rgb)
+    (root / "transforms.json").write_text(json.dumps(meta, indent=2))
+    return {"frames": truth, "xyz": xyz, "rgb": rgb}
+
+
+VARIANTS = {
+    # shared intrinsics (top level), one camera, the opencv one, ascii PLY
+    "shared": dict(cameras=("front_left",), per_frame=False, ply="ascii", masks=True),
+    # per-frame intrinsics: pinhole, opencv and fisheye frames in one file, binary PLY
+    "per_frame": dict(cameras=("front", "front_left", "rear_fisheye"), per_frame=True, ply="binary"),
+}
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def dataset(request, native, tmp_path_factory) -> tuple[Path, dict, dict]:
+    root = tmp_path_factory.mktemp(f"ns_{request.param}") / "scene"
+    variant = VARIANTS[request.param]
+    return root, write_dataset(native, root, **variant), variant
+
+
+# --------------------------------------------------------------------------------------
+# Round trip
+
+
+def assert_same_intrinsics(imported: Camera, native_cam: Camera) -> None:
+    assert imported.model == native_cam.model
+    assert (imported.width, imported.height) == (native_cam.width, native_cam.height)
+    optional = {"k3": 0.0, "k4": 0.0, "k5": 0.0, "k6": 0.0} if imported.model == "opencv" else {}
+    a = {**optional, **imported.intrinsics}
+    b = {**optional, **native_cam.intrinsics}
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key] == pytest.approx(b[key], abs=1e-6), key
+
+
+def camera_of(cap: Capture, root: Path, truth: dict) -> dict[str, Camera]:
+    """native camera name -> imported camera, found through the frames' files."""
+    out = {}
+    for cam in cap.cameras.values():
+        names = {truth["frames"][f.image_path.relative_to(root).as_posix()][0] for f in cam.frames}
+        assert len(names) == 1, f"{cam.id} mixes images of {names}"
+        out[names.pop()] = cam
+    return out
+
+
+def test_poses_intrinsics_and_points_round_trip(dataset, native):
+    root, truth, variant = dataset
+    cap = nerfstudio.load(root)
+    assert cap.root == root and cap.name == "scene"
+    assert not cap.lidars and not cap.tracks
+    # Cameras numbered in file-name order: images/front < images/front_left < images/rear_fisheye.
+    assert list(cap.cameras) == [f"camera_{k}" for k in range(len(variant["cameras"]))]
+    by_native = camera_of(cap, root, truth)
+    assert list(by_native) == list(variant["cameras"])
+
+    names = sorted(truth["frames"])
+    np.testing.assert_array_equal(cap.rig.timestamps_us,
+                                  colmap.START_US + colmap.FRAME_INTERVAL_US * np.arange(len(names)))
+    np.testing.assert_allclose(cap.rig.T_world_rig[0, :3, 3], 0.0, atol=1e-12)
+    np.testing.assert_allclose(cap.world_offset_m, truth["frames"][names[0]][1][:3, 3], atol=1e-6)
+    for cam_name, cam in by_native.items():
+        assert_same_intrinsics(cam, native.cameras[cam_name])
+        np.testing.assert_array_equal(cam.T_rig_camera, np.eye(4))
+        assert cam.rolling_shutter.direction == "global"
+        assert len(cam.frames) == len(native.cameras[cam_name].frames)
+        for k, frame in enumerate(cam.frames):
+            rel = frame.image_path.relative_to(root).as_posix()
+            assert frame.timestamp_us == colmap.START_US + colmap.FRAME_INTERVAL_US * names.index(rel)
+            np.testing.assert_allclose(camera_to_world(cap, cam, frame.timestamp_us), truth["frames"][rel][1],
+                                       atol=1e-6)
+            if variant.get("masks"):
+                assert (frame.mask_path is not None) == (k % 2 == 0)
+                if frame.mask_path is not None:
+                    assert frame.load_mask().all()
+            else:
+                assert frame.mask_path is None
+
+    sfm = cap.metadata["sfm_points"]
+    assert sfm["xyz"].dtype == np.float64 and sfm["rgb"].dtype == np.uint8
+    np.testing.assert_allclose(sfm["xyz"] + cap.world_offset_m, truth["xyz"], atol=1e-6)
+    np.testing.assert_array_equal(sfm["rgb"], truth["rgb"])
+    assert cap.metadata["source_format"] == "nerfstudio"
+
+
+def test_points_project_onto_the_same_pixels(dataset, native):
+    root, truth, _ = dataset
+    cap = nerfstudio.load(root)
+    points = world_points(native, step=2)
+    for cam_name, cam in camera_of(cap, root, truth).items():
+        native_cam = native.cameras[cam_name]
+        native_model = native_cam.sensor_model(dtype=torch.float64)
+        model = cam.sensor_model(dtype=torch.float64)
+        seen = 0
+        for native_frame, frame in zip(native_cam.frames, cam.frames):
+            T_native = camera_to_world(native, native_cam, native_frame.timestamp_us)
+            T_imported = camera_to_world(cap, cam, frame.timestamp_us)
+            p_native = (points - T_native[:3, 3]) @ T_native[:3, :3]
+            p_imported = (points - T_imported[:3, 3]) @ T_imported[:3, :3]
+            uv_n, ok_n = native_model.project(torch.from_numpy(p_native))
+            uv_i, ok_i = model.project(torch.from_numpy(p_imported))
+            assert torch.equal(ok_n, ok_i)
+            torch.testing.assert_close(uv_i[ok_i], uv_n[ok_n], atol=1e-6, rtol=0)
+            seen += int(ok_n.sum())
+        assert seen > 1000, f"{cam_name}: too few points in view to compare ({seen})"
+
+
+def test_detects_the_folder_and_the_file(dataset):
+    root, _, _ = dataset
+    reference = nerfstudio.load(root)
+    for path in (root, root / "transforms.json"):
+        assert nerfstudio.detect(path)
+        assert detect_format(path) == "nerfstudio"
+        cap = load_any(path)
+        np.testing.assert_array_equal(cap.rig.T_world_rig, reference.rig.T_world_rig)
+    assert not nerfstudio.detect(SAMPLE)
+    assert not nerfstudio.detect(root / "images")
+
+
+# --------------------------------------------------------------------------------------
+# Conventions and defaults, on a hand-written one-image file
+
+
+def one_image(root: Path, meta: dict, frame: dict | None = None, size: tuple[int, int] = (64, 48)) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "images").mkdir(exist_ok=True)
+    Image.new("RGB", size).save(root / "images" / "a.png")
+    entry = {"file_path": "images/a.png", "transform_matrix": np.eye(4).tolist(), **(frame or {})}
+    (root / "transforms.json").write_text(json.dumps({**meta, "frames": [entry]}))
+    return root
+
+
+def test_opengl_axes_and_pixel_convention(tmp_path):
+    # The identity OpenGL pose looks down world -z with world +y up: in OpenCV axes the camera's
+    # y (down) is world -y and its z (forward) is world -z.
+    cap = nerfstudio.load(one_image(tmp_path / "a", {"fl_x": 50.0, "fl_y": 50.0, "cx": 32.0, "cy": 24.0,
+                                                      "w": 64, "h": 48, "camera_model": "PINHOLE"}))
+    cam = cap.cameras["camera_0"]
+    np.testing.assert_array_equal(cap.rig.T_world_rig[0], np.diag([1.0, -1.0, -1.0, 1.0]))
+    # nerfstudio's image centre (32, 24) for 64x48 pixels is ours (31.5, 23.5).
+    assert cam.model == "pinhole" and cam.intrinsics == {"fx": 50.0, "fy": 50.0, "cx": 31.5, "cy": 23.5}
+
+
+def test_blender_style_defaults(tmp_path):
+    # camera_angle_x only, no size, no principal point, a file_path without suffix.
+    root = one_image(tmp_path / "b", {"camera_angle_x": 2 * math.atan(0.5)}, {"file_path": "images/a"})
+    cam = nerfstudio.load(root).cameras["camera_0"]
+    assert (cam.width, cam.height) == (64, 48) and cam.frames[0].image_path == root / "images" / "a.png"
+    assert cam.intrinsics == pytest.approx({"fx": 64.0, "fy": 64.0, "cx": 31.5, "cy": 23.5})
+
+
+def test_frames_with_identical_intrinsics_share_a_camera(native, tmp_path):
+    root = tmp_path / "c"
+    write_dataset(native, root, cameras=("front", "front_left"), per_frame=True, ply=None)
+    cap = nerfstudio.load(root)
+    assert [len(c.frames) for c in cap.cameras.values()] == [10, 10]
+    assert "sfm_points" not in cap.metadata
+
+
+# --------------------------------------------------------------------------------------
+# Malformed files
+
+
+def test_broken_json_names_the_file(tmp_path):
+    root = one_image(tmp_path / "d", {"fl_x": 50.0, "w": 64, "h": 48})
+    (root / "transforms.json").write_text('{"frames": [')
+    with pytest.raises(CaptureError) as err:
+        nerfstudio.load(root)
+    (problem,) = err.value.problems
+    assert problem.file == "transforms.json" and "not valid JSON" in problem.message
+
+
+@pytest.mark.parametrize("model", ["EQUIRECTANGULAR", "FISHEYE624"])
+def test_unknown_camera_model_is_named(model, tmp_path):
+    root = one_image(tmp_path / "e", {"fl_x": 50.0, "w": 64, "h": 48, "camera_model": model})
+    with pytest.raises(CaptureError) as err:
+        nerfstudio.load(root)
+    (problem,) = err.value.problems
+    assert problem.file == "transforms.json" and problem.field == "camera_model" and model in problem.message
+
+
+def test_per_frame_unknown_model_names_the_frame(tmp_path):
+    root = one_image(tmp_path / "e2", {"fl_x": 50.0, "w": 64, "h": 48}, {"camera_model": "VR180_L"})
+    with pytest.raises(CaptureError, match=r"transforms.json: frames\[0\].camera_model: camera model 'VR180_L'"):
+        nerfstudio.load(root)
+
+
+def test_missing_image_file_is_named(native, tmp_path):
+    root = tmp_path / "f"
+    truth = write_dataset(native, root, cameras=("front",), per_frame=False, ply=None)
+    missing = sorted(truth["frames"])[3]
+    (root / missing).unlink()
+    with pytest.raises(CaptureError) as err:
+        nerfstudio.load(root)
+    (problem,) = err.value.problems
+    assert problem.file == "transforms.json" and problem.field.endswith(".file_path")
+    assert missing in problem.message and "does not exist" in problem.message
+
+
+def test_unrepresentable_distortion_is_refused(tmp_path):
+    root = one_image(tmp_path / "g", {"fl_x": 50.0, "w": 64, "h": 48, "camera_model": "OPENCV", "k4": 0.01})
+    with pytest.raises(CaptureError, match="transforms.json: k4: OPENCV with k4 != 0 cannot be represented"):
+        nerfstudio.load(root)
+    root = one_image(tmp_path / "g2", {"fl_x": 50.0, "w": 64, "h": 48, "camera_model": "OPENCV_FISHEYE", "p1": 0.01})
+    with pytest.raises(CaptureError, match="tangential"):
+        nerfstudio.load(root)
+
+
+def test_bad_pose_and_wrong_size_are_named(tmp_path):
+    root = one_image(tmp_path / "h", {"fl_x": 50.0, "w": 64, "h": 48},
+                     {"transform_matrix": (2 * np.eye(4)).tolist()})
+    with pytest.raises(CaptureError, match=r"frames\[0\].transform_matrix: the last row must be"):
+        nerfstudio.load(root)
+    root = one_image(tmp_path / "i", {"fl_x": 50.0, "w": 80, "h": 48})
+    with pytest.raises(CaptureError, match="images/a.png is 64x48 pixels; the camera's width x height is 80x48"):
+        nerfstudio.load(root)
+
+
+def test_truncated_point_cloud_is_named(native, tmp_path):
+    root = tmp_path / "j"
+    write_dataset(native, root, cameras=("front",), per_frame=False, ply="binary")
+    ply = root / "sparse_pc.ply"
+    ply.write_bytes(ply.read_bytes()[:-10])
+    with pytest.raises(CaptureError) as err:
+        nerfstudio.load(root)
+    (problem,) = err.value.problems
+    assert problem.file == "sparse_pc.ply" and "truncated" in problem.message
+
+
+def test_not_a_nerfstudio_folder(tmp_path):
+    assert not nerfstudio.detect(tmp_path)
+    with pytest.raises(CaptureError, match="no transforms.json"):
+        nerfstudio.load(tmp_path)
