@@ -1,0 +1,1156 @@
+"""DGP importer: Toyota Research Institute's scene format (the format of the DDAD dataset).
+
+A DGP dataset is a ``scene_dataset*.json`` listing scene files by split; each scene is a
+directory with a ``scene_<sha>.json`` (its datums and samples), ``calibration/<key>.json``,
+``rgb/<camera>/*.jpg``, ``point_cloud/<lidar>/*.npz`` and annotations such as
+``bounding_box_3d/<sensor>/*.json``. Facts of the format this importer relies on (read
+from TRI-ML/dgp: its protos and ``BaseDataset``):
+
+* a datum's ``pose`` is the pose of its *sensor* in the scene's world frame at the
+  datum's timestamp (``pose_WS``); calibration ``extrinsics`` are sensor -> vehicle
+  (``pose_VS``). So the vehicle (our rig) pose is ``T_world_rig = pose_WS @ inv(pose_VS)``,
+  and every datum, camera or lidar, contributes a rig pose at its own time;
+* point clouds are in the lidar *sensor* frame at the datum time: one pose per sweep, so
+  the points are (or are treated by DGP as) motion-compensated to that instant. DDAD's
+  lidar extrinsics are the identity, i.e. its "sensor frame" is the vehicle frame (x
+  forward, y left, z up), which is why its clouds are described as being in the ego frame;
+* cameras are OpenCV pinhole (``fx fy cx cy skew``) with optional Brown-Conrady distortion
+  ``k1..k6 p1 p2``; the camera frame is OpenCV's (x right, y down, z forward);
+* 3D boxes (``BoundingBox3D``) have their pose in the frame of the datum they annotate,
+  origin at the box centre, x along the *length*, y along the *width*, z up. The json
+  fields are named ``width``, ``length``, ``height`` (DGP's python class orders its
+  ``sizes`` as W, L, H), so our ``size_m`` (length, width, height) is read by name,
+  never by position. ``instance_id`` persists across the scene;
+* protobuf json leaves out fields at their default value, so a missing number is 0 and
+  an all-zero quaternion means "no pose" (DGP treats it as the identity).
+
+How it maps to a ``Capture``:
+
+* rig: the vehicle frame; its poses are gathered from every datum (sorted, one per
+  timestamp, lidar datums preferred), so every frame and sweep lies inside the rig's
+  time range. The world is re-centred on the first rig pose, like the native loader;
+* cameras: ``pinhole``, or ``opencv`` when any distortion coefficient is non-zero;
+  global shutter (DGP has no readout model); the JPEGs stay where they are;
+* lidars: our ``Lidar`` is a spinning-lidar model; DGP has no channel table, so one is
+  *estimated* (``estimate_channel_table``): from the ``RING`` field when the cloud has
+  one, else from sharp peaks of the points' elevation histogram (a spinning lidar seen
+  from its own origin), else -- as for DDAD, whose clouds merge several sensors -- channels
+  at evenly spaced quantiles of the points' elevations. The table only describes ray
+  directions approximately; the points themselves are kept exactly. Every point gets
+  the sweep's timestamp (time offset 0), because DGP gives each sweep a single pose and
+  its points are relative to it; firing times from a spinning model would move the
+  points by up to a sweep's worth of ego motion (a ``TIMESTAMP`` channel, when present,
+  is not used for the same reason). The same compensation smears the rings of a moving
+  spinning lidar, so its table may well come from the quantiles. Only ``.npz`` clouds
+  are read (DGP also allows ``.ply``). Sweeps are converted once to ``.nrl``
+  in a cache folder (``$XDG_CACHE_HOME/nurec_usd/imports/<sha256 of the inputs>/``,
+  written whole then renamed into place), so ``Lidar.load_sweep`` works unchanged;
+* tracks: the 3D boxes of the point-cloud datums (of the image datums when no point
+  cloud is annotated), grouped by ``instance_id``, one pose per timestamp. Static
+  (parked) actors are kept. Labels come from the scene's ontology, lower-cased
+  (``Person`` -> ``pedestrian``).
+
+A dataset json may list scenes that are not present: those are reported (a
+``DGPWarning`` and ``capture.metadata["warnings"]``) and the first present scene is
+loaded; other present scenes are reported too, since one capture is one continuous log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import warnings
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nurec_usd.capture.errors import CaptureError, Problem
+from nurec_usd.capture.images import image_size
+from nurec_usd.capture.model import (
+    Camera,
+    CameraFrame,
+    Capture,
+    Lidar,
+    LidarSweepFile,
+    RigTrajectory,
+    RollingShutter,
+    Track,
+)
+from nurec_usd.capture.paths import resolve_inside
+from nurec_usd.capture.staging import StagedDirectory
+from nurec_usd.capture.sweep_io import SweepFormatError, read_nrl_header, write_nrl
+
+__all__ = ["DGPWarning", "detect", "load", "estimate_channel_table", "cache_root"]
+
+# Bump when the conversion of sweeps (or the cached lidar description) changes, so old
+# cache folders are not reused.
+CACHE_VERSION = 1
+BOUNDING_BOX_3D = "1"  # dgp.proto.AnnotationType.BOUNDING_BOX_3D, the key of datum annotations
+# dgp.proto.PointCloud.ChannelType: protobuf json may write an enum by name or number.
+POINT_CHANNELS = {0: "X", 1: "Y", 2: "Z", 3: "INTENSITY", 4: "R", 5: "G", 6: "B", 7: "RING",
+                  8: "NORMAL_X", 9: "NORMAL_Y", 10: "NORMAL_Z", 11: "CLASS_ID", 12: "INSTANCE_ID",
+                  13: "TIMESTAMP"}
+# Camera parameters we cannot represent: a non-zero value makes the camera unsupported
+# rather than silently wrong (thin prism, tilted sensor, UCM/EUCM, FOV, double sphere).
+UNSUPPORTED_INTRINSICS = ("s1", "s2", "s3", "s4", "taux", "tauy", "alpha", "beta", "w", "xi", "equirectangular")
+# DGP ontology names -> the class vocabulary used across nurec_usd; others are lower-cased.
+LABELS = {"person": "pedestrian", "pedestrian": "pedestrian", "car": "car", "truck": "truck",
+          "bus/rv/caravan": "bus", "bus": "bus", "bicycle": "bicycle", "motorcycle": "motorcycle"}
+
+# Channel-table estimation (see estimate_channel_table).
+RING_BIN_DEG = 0.02  # histogram bin: finer than the closest ring spacings (~0.1 deg)
+RING_HALF_WIDTH_DEG = 0.1  # a point belongs to a ring within this of its elevation
+RING_MIN_COVERAGE = 0.8  # share of points that must sit on rings to call the cloud ring-like
+RING_MIN_RANGE_M = 5.0  # near points smear rings (beam origins are offset from the sensor origin)
+QUANTILE_CHANNELS = 64
+TABLE_SAMPLE_SWEEPS = 16  # sweeps read to estimate a channel table (evenly spaced)
+DEFAULT_SCAN_RATE_HZ = 10.0
+MAX_SWEEP_SPACING_S = 0.2
+POSE_AGREEMENT_M = 0.01  # rig poses from two datums at one timestamp should agree this well
+
+
+class DGPWarning(UserWarning):
+    """Something in a DGP dataset was skipped or approximated; the capture still loaded."""
+
+
+# --------------------------------------------------------------------------------------
+# Detection
+
+
+def _is_dataset_json(name: str) -> bool:
+    return name.startswith("scene_dataset") and name.endswith(".json")
+
+
+def _is_scene_json(name: str) -> bool:
+    # scene_<sha1>.json; early DGP versions wrote a plain scene.json
+    return (name == "scene.json" or name.startswith("scene_") and name.endswith(".json")) and not _is_dataset_json(name)
+
+
+def detect(path: Path) -> bool:
+    """Whether ``path`` is a DGP dataset json / folder or a DGP scene json / folder (by file names only)."""
+    path = Path(path)
+    if path.is_file():
+        return _is_dataset_json(path.name) or _is_scene_json(path.name)
+    if path.is_dir():
+        try:
+            return any(p.is_file() and (_is_dataset_json(p.name) or _is_scene_json(p.name)) for p in path.iterdir())
+        except OSError:
+            return False
+    return False
+
+
+# --------------------------------------------------------------------------------------
+# Small readers: every failure becomes a Problem naming the file and the field
+
+
+class _FieldError(Exception):
+    """A field of a json file that cannot be used (caught and turned into a Problem)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[Problem] = []
+
+    def add(self, file: str, field: str, message: str) -> None:
+        self.items.append(Problem(file, field, message))
+
+    def raise_if_any(self, root: Path) -> None:
+        if self.items:
+            raise CaptureError(self.items, str(root))
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _read_json(path: Path, rel: str, root: Path) -> Any:
+    """Parse a json file or raise ``CaptureError`` naming it."""
+    if not path.is_file():
+        raise CaptureError([Problem(rel, "", "file does not exist")], str(root))
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as exc:
+        raise CaptureError([Problem(rel, "", f"not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})")],
+                           str(root)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CaptureError([Problem(rel, "", f"cannot read the file ({exc})")], str(root)) from None
+
+
+def _get(obj: Any, key: str, where: str, kind: type | tuple[type, ...] | None = None, default: Any = ...) -> Any:
+    """``obj[key]``, checked: ``where`` is obj's json path (for messages)."""
+    field = f"{where}.{key}" if where else key
+    if not isinstance(obj, dict):
+        raise _FieldError(where or "(top level)", f"must be a JSON object, got {type(obj).__name__}")
+    if key not in obj:
+        if default is not ...:
+            return default
+        raise _FieldError(field, "is missing")
+    value = obj[key]
+    if kind is not None and not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise _FieldError(field, f"must be of type {names}, got {type(value).__name__}")
+    return value
+
+
+def _number(obj: Any, key: str, where: str) -> float:
+    """A float field; protobuf json leaves out zeros, so a missing number is 0."""
+    value = _get(obj, key, where, default=0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _FieldError(f"{where}.{key}", f"must be a finite number, got {value!r}")
+    return float(value)
+
+
+_TIMESTAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?([Zz]|[+-]\d\d:\d\d)")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def parse_timestamp_us(value: Any, field: str) -> int:
+    """A protobuf json ``Timestamp`` (RFC 3339, up to nanoseconds) as integer microseconds since the epoch.
+
+    Parsed by hand: DGP's logs use far-future dates (year 2463) and nanosecond fractions,
+    which neither ``fromisoformat`` nor float seconds keep exactly.
+    """
+    m = _TIMESTAMP.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise _FieldError(field, f"must be an RFC 3339 timestamp like '2019-05-15T00:38:58.203752Z', got {value!r}")
+    try:
+        dt = datetime(*(int(m.group(i)) for i in range(1, 7)), tzinfo=timezone.utc)
+    except ValueError as exc:
+        raise _FieldError(field, f"is not a valid date/time ({exc})") from None
+    us = (dt - _EPOCH) // timedelta(microseconds=1)
+    ns = int((m.group(7) or "").ljust(9, "0"))
+    us += (ns + 500) // 1000  # nearest microsecond
+    zone = m.group(8)
+    if zone not in ("Z", "z"):
+        sign = 1 if zone[0] == "+" else -1
+        us -= sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60) * 1_000_000
+    return int(us)
+
+
+def quat_to_matrix(q: np.ndarray) -> np.ndarray:
+    """Unit quaternion (w, x, y, z) -> rotation matrix ``[3, 3]``."""
+    w, x, y, z = q
+    return np.array([
+        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+    ])
+
+
+def _pose(obj: Any, where: str) -> tuple[np.ndarray, bool]:
+    """A DGP ``Pose`` as a 4x4 matrix, and whether it was given at all.
+
+    An absent pose or an all-zero quaternion (protobuf's default) means "no pose"; it is
+    returned as the identity with ``False``, like DGP does.
+    """
+    T = np.eye(4)
+    if obj is None:
+        return T, False
+    if not isinstance(obj, dict):
+        raise _FieldError(where, f"must be a JSON object, got {type(obj).__name__}")
+    rot = _get(obj, "rotation", where, dict, default={})
+    tr = _get(obj, "translation", where, dict, default={})
+    q = np.array([_number(rot, k, f"{where}.rotation") for k in ("qw", "qx", "qy", "qz")])
+    t = np.array([_number(tr, k, f"{where}.translation") for k in ("x", "y", "z")])
+    norm = float(np.linalg.norm(q))
+    if norm == 0.0:
+        return T, bool(np.any(t != 0))  # a translation alone is still a pose
+    if abs(norm - 1.0) > 1e-3:  # float64 writers give unit quaternions; far off means a wrong field
+        raise _FieldError(f"{where}.rotation", f"quaternion (qw, qx, qy, qz) has norm {norm:.6g}, expected 1")
+    T[:3, :3] = quat_to_matrix(q / norm)
+    T[:3, 3] = t
+    return T, True
+
+
+def _invert(T: np.ndarray) -> np.ndarray:
+    out = np.eye(4)
+    out[:3, :3] = T[:3, :3].T
+    out[:3, 3] = -T[:3, :3].T @ T[:3, 3]
+    return out
+
+
+def _sensor_id(name: str) -> str:
+    """A DGP datum name as a sensor id of our format (letters, digits, ``_ - .``)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "sensor"
+
+
+def _label(name: str) -> str:
+    key = name.strip().lower()
+    return LABELS.get(key) or re.sub(r"[^a-z0-9]+", "_", key).strip("_") or "unknown"
+
+
+# --------------------------------------------------------------------------------------
+# Finding the scene
+
+
+@dataclass
+class _Source:
+    """Which scene to load, from where, and what to tell the user about the rest."""
+
+    root: Path  # folder paths in messages are relative to
+    scene_json: Path
+    dataset_json: Path | None = None
+    warnings: list[str] = field(default_factory=list)
+    scenes_listed: list[str] = field(default_factory=list)
+
+
+def _dataset_scenes(dataset_json: Path, root: Path) -> tuple[Path, list[str], list[str]]:
+    """The first present scene of a ``scene_dataset*.json``, the warnings, and every listed scene."""
+    rel = _rel(dataset_json, root)
+    data = _read_json(dataset_json, rel, root)
+    try:
+        splits = _get(data, "scene_splits", "", dict)
+        listed: list[tuple[str, str]] = []  # (filename, json path), in split order, without repeats
+        seen: set[str] = set()
+        for split in sorted(splits, key=lambda s: (not s.isdigit(), int(s) if s.isdigit() else 0, s)):
+            names = _get(_get(splits, split, "scene_splits", dict), "filenames", f"scene_splits.{split}", list,
+                          default=[])
+            for i, name in enumerate(names):
+                if not isinstance(name, str):
+                    raise _FieldError(f"scene_splits.{split}.filenames[{i}]", "must be a string")
+                if name not in seen:
+                    seen.add(name)
+                    listed.append((name, f"scene_splits.{split}.filenames[{i}]"))
+    except _FieldError as exc:
+        raise CaptureError([Problem(rel, exc.field, exc.message)], str(root)) from None
+    if not listed:
+        raise CaptureError([Problem(rel, "scene_splits", "lists no scene files")], str(root))
+    present: list[Path] = []
+    missing: list[Problem] = []
+    for name, where in listed:
+        try:
+            path = resolve_inside(dataset_json.parent, name)
+        except ValueError as exc:
+            missing.append(Problem(rel, where, str(exc)))
+            continue
+        if path.is_file():
+            present.append(path)
+        else:
+            missing.append(Problem(rel, where, f"scene file {name} does not exist"))
+    if not present:
+        raise CaptureError([*missing, Problem(rel, "scene_splits", "none of the listed scenes is present")], str(root))
+    notes = [f"{p.file}: {p.field}: {p.message}; that scene is not loaded" for p in missing]
+    if len(present) > 1:
+        others = ", ".join(_rel(p, root) for p in present[1:])
+        notes.append(f"{rel} lists {len(present)} present scenes; a capture is one scene, so only "
+                     f"{_rel(present[0], root)} is loaded (load {others} by its own path)")
+    return present[0], notes, [name for name, _ in listed]
+
+
+def _locate(path: Path) -> _Source:
+    path = Path(path)
+    if not path.exists():
+        raise CaptureError([Problem(str(path), "", "no such file or directory")])
+    if path.is_file():
+        root = path.parent
+        if _is_dataset_json(path.name):
+            scene, notes, listed = _dataset_scenes(path, root)
+            return _Source(root, scene, path, notes, listed)
+        return _Source(root, path)
+    datasets = sorted(p for p in path.iterdir() if p.is_file() and _is_dataset_json(p.name))
+    if datasets:
+        scene, notes, listed = _dataset_scenes(datasets[0], path)
+        if len(datasets) > 1:
+            notes.append(f"{len(datasets)} dataset files in {path}; used {datasets[0].name}")
+        return _Source(path, scene, datasets[0], notes, listed)
+    scenes = sorted(p for p in path.iterdir() if p.is_file() and _is_scene_json(p.name))
+    if len(scenes) != 1:
+        what = "no scene_*.json" if not scenes else f"{len(scenes)} scene files ({', '.join(p.name for p in scenes)})"
+        raise CaptureError([Problem(str(path), "", f"not a DGP scene folder: {what}; pass the scene json itself")])
+    return _Source(path, scenes[0])
+
+
+# --------------------------------------------------------------------------------------
+# Loading
+
+
+@dataclass
+class _Datum:
+    index: int  # in scene["data"]
+    key: str
+    name: str  # sensor name as in the scene (calibration names match it case-insensitively)
+    kind: str  # "image" | "point_cloud"
+    timestamp_us: int
+    T_world_sensor: np.ndarray | None  # None: the datum has no pose
+    body: dict  # datum[kind]
+    where: str  # json path of body
+
+
+@dataclass
+class _Calibration:
+    file: str  # relative path, for messages
+    T_vehicle_sensor: np.ndarray
+    intrinsics: dict  # the raw CameraIntrinsics object
+    where: str
+
+
+def load(path: Path) -> Capture:
+    """Load a DGP scene (a scene folder or json) or the first present scene of a dataset json.
+
+    Raises:
+        CaptureError: naming the file and field of every problem found.
+    """
+    src = _locate(Path(path))
+    capture = _SceneLoader(src).load()
+    for message in src.warnings:
+        warnings.warn(message, DGPWarning, stacklevel=2)
+    return capture
+
+
+class _SceneLoader:
+    def __init__(self, src: _Source):
+        self.src = src
+        self.scene_dir = src.scene_json.parent
+        self.root = src.root
+        self.scene_rel = _rel(src.scene_json, self.root)
+        self.found = _Problems()
+        self.notes = src.warnings  # shared: load() warns about all of them
+
+    def rel(self, path: Path) -> str:
+        return _rel(path, self.root)
+
+    def scene_file(self, name: str, where: str, file: str | None = None) -> Path | None:
+        """A file named inside the scene folder, or None (problem recorded) when it is unusable."""
+        try:
+            path = resolve_inside(self.scene_dir, name)
+        except ValueError as exc:
+            self.found.add(file or self.scene_rel, where, str(exc))
+            return None
+        if not path.is_file():
+            self.found.add(file or self.scene_rel, where, f"file {self.rel(path)} does not exist")
+            return None
+        return path
+
+    # -- the scene json -----------------------------------------------------------------
+
+    def load(self) -> Capture:
+        scene = _read_json(self.src.scene_json, self.scene_rel, self.root)
+        try:
+            data = _get(scene, "data", "", list)
+            samples = _get(scene, "samples", "", list, default=[])
+        except _FieldError as exc:
+            raise CaptureError([Problem(self.scene_rel, exc.field, exc.message)], str(self.root)) from None
+        # Problems are collected while as much as possible is still checked (a datum with a
+        # bad field is skipped, a sensor without calibration too) and raised together; only
+        # the costly sweep conversion waits until everything cheaper is clean.
+        datums = self._datums(data)
+        calib_of_datum, calibrations = self._calibrations(samples)
+        by_sensor: dict[str, list[_Datum]] = {}
+        for d in datums:
+            by_sensor.setdefault(d.name, []).append(d)
+        sensor_calib = self._sensor_calibrations(by_sensor, calib_of_datum, calibrations)
+        by_sensor = {name: ds for name, ds in by_sensor.items() if name in sensor_calib}
+        datums = [d for ds in by_sensor.values() for d in ds]
+        if not datums:
+            if not self.found.items:
+                self.found.add(self.scene_rel, "data", "the scene has no image or point-cloud datum")
+            self.found.raise_if_any(self.root)
+
+        rig_ts, rig_T = self._rig(datums, sensor_calib)
+        cameras: dict[str, Camera] = {}
+        lidars: dict[str, Lidar] = {}
+        point_cloud_sensors: list[tuple[str, list[_Datum]]] = []
+        for name, ds in by_sensor.items():
+            if ds[0].kind == "image":
+                cam = self._camera(name, ds, sensor_calib[name])
+                if cam is not None:
+                    cameras[cam.id] = cam
+            else:
+                point_cloud_sensors.append((name, ds))
+        self.found.raise_if_any(self.root)
+        lidar_info: dict[str, Any] = {}
+        for name, ds in point_cloud_sensors:
+            lidar, info = self._lidar(name, ds, sensor_calib[name])
+            if lidar is not None:
+                lidars[lidar.id] = lidar
+                lidar_info[lidar.id] = info
+        tracks = self._tracks(scene, datums)
+        self.found.raise_if_any(self.root)
+
+        # Re-centre the world on the first rig position, as the native loader does.
+        offset = rig_T[0, :3, 3].copy()
+        rig_T[:, :3, 3] -= offset
+        for track in tracks.values():
+            track.T_world_box[:, :3, 3] -= offset
+        name = scene.get("name") if isinstance(scene.get("name"), str) and scene.get("name") else self.scene_dir.name
+        metadata = {
+            "source": "dgp",
+            "dgp": {
+                "dataset": str(self.src.dataset_json) if self.src.dataset_json else None,
+                "scene": str(self.src.scene_json),
+                "scenes_listed": self.src.scenes_listed,
+                "log": scene.get("log", ""),
+                "description": scene.get("description", ""),
+            },
+            "lidar_models": lidar_info,
+            "warnings": list(self.notes),
+        }
+        return Capture(root=self.scene_dir, name=name, rig=RigTrajectory(rig_ts, rig_T), cameras=cameras,
+                       lidars=lidars, tracks=tracks, world_offset_m=offset, metadata=metadata)
+
+    def _datums(self, data: list) -> list[_Datum]:
+        out: list[_Datum] = []
+        skipped: dict[str, str] = {}
+        keys: set[str] = set()
+        for i, item in enumerate(data):
+            where = f"data[{i}]"
+            try:
+                ident = _get(item, "id", where, dict)
+                name = _get(ident, "name", f"{where}.id", str)
+                t_us = parse_timestamp_us(_get(ident, "timestamp", f"{where}.id"), f"{where}.id.timestamp")
+                key = _get(item, "key", where, str, default=f"#{i}")
+                datum = _get(item, "datum", where, dict)
+                kinds = [k for k in datum if isinstance(datum[k], dict)]
+                if len(kinds) != 1:
+                    raise _FieldError(f"{where}.datum", f"must hold exactly one datum type, found {sorted(datum)}")
+                kind = kinds[0]
+                if kind not in ("image", "point_cloud"):
+                    skipped.setdefault(name, kind)
+                    continue
+                body = datum[kind]
+                T, has_pose = _pose(body.get("pose"), f"{where}.datum.{kind}.pose")
+                _get(body, "filename", f"{where}.datum.{kind}", str)
+            except _FieldError as exc:
+                self.found.add(self.scene_rel, exc.field, exc.message)
+                continue
+            if key in keys:
+                self.found.add(self.scene_rel, f"{where}.key", f"datum key {key!r} is used twice")
+            keys.add(key)
+            out.append(_Datum(i, key, name, kind, t_us, T if has_pose else None, body, f"{where}.datum.{kind}"))
+        for name, kind in skipped.items():
+            self.notes.append(f"{self.scene_rel}: datums of {name!r} are of type {kind!r}, which is not imported")
+        kinds_of: dict[str, set[str]] = {}
+        for d in out:
+            kinds_of.setdefault(d.name, set()).add(d.kind)
+        for name, kinds in kinds_of.items():
+            if len(kinds) > 1:
+                self.found.add(self.scene_rel, "data", f"sensor {name!r} has datums of several types {sorted(kinds)}")
+        return out
+
+    def _calibrations(self, samples: list) -> tuple[dict[str, str], dict[str, dict[str, _Calibration]]]:
+        """datum key -> calibration key, and calibration key -> {sensor name (lower case) -> calibration}."""
+        of_datum: dict[str, str] = {}
+        order: list[tuple[str, str]] = []  # (calibration key, where it is named)
+        for i, sample in enumerate(samples):
+            where = f"samples[{i}]"
+            try:
+                ckey = _get(sample, "calibration_key", where, str)
+                for k in _get(sample, "datum_keys", where, list, default=[]):
+                    of_datum.setdefault(str(k), ckey)
+            except _FieldError as exc:
+                self.found.add(self.scene_rel, exc.field, exc.message)
+                continue
+            if ckey not in [k for k, _ in order]:
+                order.append((ckey, f"{where}.calibration_key"))
+        if not order:
+            self.found.add(self.scene_rel, "samples", "no sample names a calibration_key, so no sensor is calibrated")
+        tables: dict[str, dict[str, _Calibration]] = {}
+        for ckey, where in order:
+            path = self.scene_file(f"calibration/{ckey}.json", where)
+            if path is None:
+                continue
+            rel = self.rel(path)
+            try:
+                cal = _read_json(path, rel, self.root)
+            except CaptureError as err:
+                self.found.items.extend(err.problems)
+                continue
+            try:
+                names = _get(cal, "names", "", list)
+                intrinsics = _get(cal, "intrinsics", "", list)
+                extrinsics = _get(cal, "extrinsics", "", list)
+                for what, values in (("intrinsics", intrinsics), ("extrinsics", extrinsics)):
+                    if len(values) != len(names):
+                        raise _FieldError(what, f"has {len(values)} entries for {len(names)} names")
+                table: dict[str, _Calibration] = {}
+                for j, name in enumerate(names):
+                    if not isinstance(name, str):
+                        raise _FieldError(f"names[{j}]", "must be a string")
+                    T, _ = _pose(extrinsics[j], f"extrinsics[{j}]")
+                    if not isinstance(intrinsics[j], dict):
+                        raise _FieldError(f"intrinsics[{j}]", "must be a JSON object")
+                    table[name.lower()] = _Calibration(rel, T, intrinsics[j], f"intrinsics[{j}]")
+                tables[ckey] = table
+            except _FieldError as exc:
+                self.found.add(rel, exc.field, exc.message)
+        return of_datum, tables
+
+    def _sensor_calibrations(self, by_sensor: dict[str, list[_Datum]], of_datum: dict[str, str],
+                             tables: dict[str, dict[str, _Calibration]]) -> dict[str, _Calibration]:
+        """Each sensor's calibration: the one of its first datum's sample (one fixed mounting per sensor)."""
+        if not tables:
+            return {}
+        default_key = next(iter(tables))
+        out: dict[str, _Calibration] = {}
+        for name, ds in by_sensor.items():
+            chosen: _Calibration | None = None
+            for d in ds:
+                ckey = of_datum.get(d.key, default_key)
+                cal = tables.get(ckey, {}).get(name.lower())
+                if cal is None:
+                    if ckey in tables:
+                        self.found.add(self.rel(self.scene_dir / "calibration" / f"{ckey}.json"), "names",
+                                       f"has no calibration for sensor {name!r} (used by {self.scene_rel} {d.where})")
+                        break
+                    continue
+                if chosen is None:
+                    chosen = cal
+                elif (np.abs(cal.T_vehicle_sensor - chosen.T_vehicle_sensor).max() > 1e-6
+                      or cal.intrinsics != chosen.intrinsics):
+                    self.notes.append(f"{name}: calibration changes within the scene ({chosen.file} vs {cal.file}); "
+                                      f"using {chosen.file} throughout")
+                    break
+            if chosen is not None:
+                out[name] = chosen
+        return out
+
+    # -- rig --------------------------------------------------------------------------
+
+    def _rig(self, datums: list[_Datum], calib: dict[str, _Calibration]) -> tuple[np.ndarray, np.ndarray]:
+        """Vehicle poses from every datum: ``pose_WS @ inv(pose_VS)``, one per timestamp."""
+        poses: dict[int, tuple[np.ndarray, _Datum]] = {}
+        unposed: set[str] = set()
+        disagree = 0.0
+        # point clouds first: the lidar is what DGP's ego poses are usually tied to
+        for d in sorted(datums, key=lambda d: (d.kind != "point_cloud", d.index)):
+            if d.T_world_sensor is None:
+                unposed.add(d.name)
+                continue
+            T = d.T_world_sensor @ _invert(calib[d.name].T_vehicle_sensor)
+            if d.timestamp_us in poses:
+                disagree = max(disagree, float(np.abs(poses[d.timestamp_us][0][:3, 3] - T[:3, 3]).max()))
+            else:
+                poses[d.timestamp_us] = (T, d)
+        if disagree > POSE_AGREEMENT_M:
+            self.notes.append(f"datums at the same timestamp imply vehicle poses up to {disagree:.3f} m apart; "
+                              "the first one (point clouds preferred) is used")
+        times = sorted({d.timestamp_us for d in datums})
+        if not poses:
+            self.notes.append("no datum has a pose: the vehicle is taken to stand still at the world origin")
+            ts = np.array([times[0], times[-1]] if times[-1] > times[0] else [times[0]], dtype=np.int64)
+            return ts, np.repeat(np.eye(4)[None], len(ts), axis=0)
+        if unposed:
+            self.notes.append(f"datums of {sorted(unposed)} have no pose; the rig poses come from the other sensors")
+            lo, hi = min(poses), max(poses)
+            outside = [t for t in times if t < lo or t > hi]
+            if outside:
+                self.found.add(self.scene_rel, "data", f"{len(outside)} datum timestamps lie outside the time range "
+                                                       f"{lo}..{hi} us of the datums that have poses")
+        ts = np.array(sorted(poses), dtype=np.int64)
+        T = np.stack([poses[int(t)][0] for t in ts])
+        for k in range(len(T)):  # re-orthonormalise (quaternions were normalised, products add rounding)
+            u, _, vt = np.linalg.svd(T[k, :3, :3])
+            T[k, :3, :3] = u @ vt
+        return ts, T
+
+    # -- cameras ------------------------------------------------------------------------
+
+    def _camera(self, name: str, ds: list[_Datum], cal: _Calibration) -> Camera | None:
+        model: str | None = None
+        try:
+            model, intrinsics = camera_intrinsics(cal.intrinsics, cal.where)
+        except _FieldError as exc:
+            self.found.add(cal.file, exc.field, f"{exc.message} (camera {name!r})")  # frames are still checked
+        try:
+            width = int(_get(ds[0].body, "width", ds[0].where, int))
+            height = int(_get(ds[0].body, "height", ds[0].where, int))
+            if width <= 0 or height <= 0:
+                raise _FieldError(f"{ds[0].where}.width", f"image size must be positive, got {width}x{height}")
+        except _FieldError as exc:
+            self.found.add(self.scene_rel, exc.field, exc.message)
+            return None
+        frames: list[CameraFrame] = []
+        duplicates = 0
+        for d in sorted(ds, key=lambda d: (d.timestamp_us, d.index)):
+            if frames and frames[-1].timestamp_us == d.timestamp_us:
+                duplicates += 1  # frame timestamps must strictly increase: keep the first
+                continue
+            path = self.scene_file(d.body["filename"], f"{d.where}.filename")
+            if path is None:
+                continue
+            try:
+                size = image_size(path)
+            except ValueError as exc:
+                self.found.add(self.rel(path), "", str(exc))
+                continue
+            w, h = (d.body.get("width", width), d.body.get("height", height))
+            if size != (width, height) or (w, h) != (width, height):
+                self.found.add(self.scene_rel, f"{d.where}.filename",
+                               f"{self.rel(path)} is {size[0]}x{size[1]} pixels; camera {name!r} is {width}x{height}")
+                continue
+            frames.append(CameraFrame(d.timestamp_us, path))
+        if duplicates:
+            self.notes.append(f"{name}: {duplicates} frames share a timestamp with an earlier one and were dropped")
+        if model is None:
+            return None
+        T_rig_camera = cal.T_vehicle_sensor.copy()
+        return Camera(_sensor_id(name), model, width, height, intrinsics, T_rig_camera,
+                      RollingShutter("global", 0), tuple(frames))
+
+    # -- lidars -------------------------------------------------------------------------
+
+    def _lidar(self, name: str, ds: list[_Datum], cal: _Calibration) -> tuple[Lidar | None, dict[str, Any]]:
+        sweeps: list[_SweepInput] = []
+        duplicates = 0
+        for d in sorted(ds, key=lambda d: (d.timestamp_us, d.index)):
+            if sweeps and sweeps[-1].timestamp_us == d.timestamp_us:
+                duplicates += 1
+                continue
+            try:
+                fmt = _point_format(d.body.get("point_format", []), f"{d.where}.point_format")
+            except _FieldError as exc:
+                self.found.add(self.scene_rel, exc.field, exc.message)
+                continue
+            path = self.scene_file(d.body["filename"], f"{d.where}.filename")
+            if path is None:
+                continue
+            if path.suffix.lower() != ".npz":
+                self.found.add(self.scene_rel, f"{d.where}.filename",
+                               f"{self.rel(path)}: only .npz point clouds are supported")
+                continue
+            sweeps.append(_SweepInput(d.timestamp_us, path, self.rel(path), fmt))
+        if duplicates:
+            self.notes.append(f"{name}: {duplicates} sweeps share a timestamp with an earlier one and were dropped")
+        if self.found.items or not sweeps:
+            return None, {}
+        try:
+            spec = convert_sweeps(_sensor_id(name), sweeps)
+        except _SweepError as exc:
+            self.found.add(exc.file, exc.field, exc.message)
+            return None, {}
+        except OSError as exc:
+            self.found.add(str(cache_root()), "", f"cannot write the converted sweeps of {name!r} ({exc})")
+            return None, {}
+        folder = Path(spec["folder"])
+        lidar = Lidar(
+            id=_sensor_id(name), T_rig_lidar=cal.T_vehicle_sensor.copy(),
+            elevation_deg=np.asarray(spec["elevation_deg"], dtype=np.float64),
+            azimuth_offset_deg=np.zeros(len(spec["elevation_deg"])), columns=int(spec["columns"]),
+            rotation=spec["rotation"], scan_rate_hz=float(spec["scan_rate_hz"]),
+            start_azimuth_deg=float(spec["start_azimuth_deg"]), min_range_m=float(spec["min_range_m"]),
+            max_range_m=float(spec["max_range_m"]),
+            sweeps=tuple(LidarSweepFile(int(s["timestamp_us"]), folder / s["file"]) for s in spec["sweeps"]))
+        info = {k: spec[k] for k in ("method", "note", "intensity_scale", "cache")}
+        return lidar, info
+
+    # -- tracks -------------------------------------------------------------------------
+
+    def _tracks(self, scene: dict, datums: list[_Datum]) -> dict[str, Track]:
+        annotated = [d for d in datums if d.T_world_sensor is not None
+                     and isinstance(d.body.get("annotations"), dict) and BOUNDING_BOX_3D in d.body["annotations"]]
+        # DGP annotates boxes in the point cloud and may copy them into each camera's frame:
+        # the point-cloud ones are the source; camera ones are used only when there are none.
+        source = [d for d in annotated if d.kind == "point_cloud"] or annotated
+        if not source:
+            return {}
+        classes = self._ontology(scene)
+        boxes: dict[str, list[tuple[int, int, np.ndarray, np.ndarray, int]]] = {}  # id -> (t, order, T, size, class)
+        unnamed = 0
+        for order, d in enumerate(sorted(source, key=lambda d: (d.timestamp_us, d.kind != "point_cloud", d.index))):
+            where = f"{d.where}.annotations.{BOUNDING_BOX_3D}"
+            ann_name = d.body["annotations"][BOUNDING_BOX_3D]
+            if not isinstance(ann_name, str):
+                self.found.add(self.scene_rel, where, "must be a file name")
+                continue
+            path = self.scene_file(ann_name, where)
+            if path is None:
+                continue
+            rel = self.rel(path)
+            try:
+                anns = _get(_read_json(path, rel, self.root), "annotations", "", list, default=[])
+            except CaptureError as err:
+                self.found.items.extend(err.problems)
+                continue
+            except _FieldError as exc:
+                self.found.add(rel, exc.field, exc.message)
+                continue
+            for j, a in enumerate(anns):
+                aw = f"annotations[{j}]"
+                try:
+                    box = _get(a, "box", aw, dict)
+                    T_sensor_box, _ = _pose(box.get("pose"), f"{aw}.box.pose")
+                    # by name: DGP's own python class orders sizes (W, L, H); ours is (L, W, H)
+                    size = np.array([_number(box, k, f"{aw}.box") for k in ("length", "width", "height")])
+                    if not np.all(size > 0):
+                        raise _FieldError(f"{aw}.box",
+                                          f"length, width and height must be positive, got {size.tolist()}")
+                    class_id = int(_number(a, "class_id", aw))
+                    instance = int(_number(a, "instance_id", aw))
+                except _FieldError as exc:
+                    self.found.add(rel, exc.field, exc.message)
+                    continue
+                if instance == 0:  # protobuf default: no persistent id, so a track of its own
+                    unnamed += 1
+                    track_id = f"box_{d.timestamp_us}_{j}"
+                else:
+                    track_id = str(instance)
+                boxes.setdefault(track_id, []).append(
+                    (d.timestamp_us, order, d.T_world_sensor @ T_sensor_box, size, class_id))
+        if unnamed:
+            self.notes.append(f"{unnamed} boxes have no instance_id; each became a one-pose track")
+        tracks: dict[str, Track] = {}
+        for track_id, items in boxes.items():
+            items.sort(key=lambda it: (it[0], it[1]))
+            kept = [it for k, it in enumerate(items) if k == 0 or it[0] != items[k - 1][0]]  # one pose per time
+            poses = np.stack([it[2] for it in kept])
+            for k in range(len(poses)):
+                u, _, vt = np.linalg.svd(poses[k, :3, :3])
+                poses[k, :3, :3] = u @ vt
+            class_ids = [it[4] for it in kept]
+            class_id = max(set(class_ids), key=class_ids.count)
+            # DGP sizes may wobble between frames; a track has one box size: the median
+            tracks[track_id] = Track(track_id, classes.get(class_id, f"class_{class_id}"),
+                                     np.median(np.stack([it[3] for it in kept]), axis=0),
+                                     np.array([it[0] for it in kept], dtype=np.int64), poses)
+        return tracks
+
+    def _ontology(self, scene: dict) -> dict[int, str]:
+        ontologies = scene.get("ontologies")
+        key = ontologies.get(BOUNDING_BOX_3D) if isinstance(ontologies, dict) else None
+        if not isinstance(key, str):
+            self.notes.append(f"{self.scene_rel} names no bounding_box_3d ontology; track labels are class_<id>")
+            return {}
+        path = self.scene_file(f"ontology/{key}.json", f"ontologies.{BOUNDING_BOX_3D}")
+        if path is None:
+            return {}
+        rel = self.rel(path)
+        try:
+            items = _get(_read_json(path, rel, self.root), "items", "", list)
+            out = {}
+            for i, item in enumerate(items):
+                out[int(_number(item, "id", f"items[{i}]"))] = _label(_get(item, "name", f"items[{i}]", str))
+            return out
+        except CaptureError as err:
+            self.found.items.extend(err.problems)
+        except _FieldError as exc:
+            self.found.add(rel, exc.field, exc.message)
+        return {}
+
+
+# --------------------------------------------------------------------------------------
+# Cameras
+
+
+def camera_intrinsics(intr: dict, where: str) -> tuple[str, dict[str, float]]:
+    """A DGP ``CameraIntrinsics`` as (model, our intrinsics): ``pinhole``, or ``opencv`` with distortion.
+
+    Raises ``_FieldError`` for what we cannot represent (skew, fisheye and the other models)
+    rather than importing a camera that projects wrongly.
+    """
+    fx, fy, cx, cy = (_number(intr, k, where) for k in ("fx", "fy", "cx", "cy"))
+    if fx <= 0 or fy <= 0:
+        raise _FieldError(f"{where}.fx", f"focal lengths must be positive for a camera, got fx={fx}, fy={fy}")
+    if abs(_number(intr, "skew", where)) > 1e-9 * fx:
+        raise _FieldError(f"{where}.skew", "skewed pixels are not supported by nurec_usd camera models")
+    if _number(intr, "fisheye", where) != 0:
+        raise _FieldError(f"{where}.fisheye", "DGP fisheye camera models are not supported (only pinhole and "
+                                              "Brown-Conrady distortion)")
+    for k in UNSUPPORTED_INTRINSICS:
+        if _number(intr, k, where) != 0:
+            raise _FieldError(f"{where}.{k}", f"a non-zero {k!r} needs a camera model nurec_usd does not have")
+    dist = {k: _number(intr, k, where) for k in ("k1", "k2", "p1", "p2", "k3", "k4", "k5", "k6")}
+    if not any(dist.values()):
+        return "pinhole", {"fx": fx, "fy": fy, "cx": cx, "cy": cy}
+    out = {"fx": fx, "fy": fy, "cx": cx, "cy": cy, **{k: dist[k] for k in ("k1", "k2", "p1", "p2", "k3")}}
+    if any(dist[k] for k in ("k4", "k5", "k6")):  # the rational model's denominator
+        out.update({k: dist[k] for k in ("k4", "k5", "k6")})
+    return "opencv", out
+
+
+# --------------------------------------------------------------------------------------
+# Lidar sweeps: reading .npz, estimating a spinning model, the .nrl cache
+
+
+@dataclass(frozen=True)
+class _SweepInput:
+    timestamp_us: int
+    path: Path
+    rel: str  # for messages
+    point_format: tuple[str, ...]
+
+
+class _SweepError(Exception):
+    def __init__(self, file: str, field: str, message: str):
+        super().__init__(f"{file}: {field}: {message}")
+        self.file, self.field, self.message = file, field, message
+
+
+def _point_format(values: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(values, list):
+        raise _FieldError(where, "must be a list of channel names")
+    out = []
+    for i, v in enumerate(values):
+        if isinstance(v, int) and not isinstance(v, bool) and v in POINT_CHANNELS:
+            out.append(POINT_CHANNELS[v])
+        elif isinstance(v, str) and v in POINT_CHANNELS.values():
+            out.append(v)
+        else:
+            raise _FieldError(f"{where}[{i}]", f"unknown point channel {v!r}")
+    return tuple(out)
+
+
+def read_dgp_points(path: Path, point_format: tuple[str, ...] = (), rel: str | None = None) -> dict[str, np.ndarray]:
+    """The columns of a DGP ``.npz`` point cloud by channel name (``X Y Z`` at least, ``INTENSITY``, ``RING``...).
+
+    The ``data`` array is either structured (named fields) or ``[N, C]`` with columns in
+    ``point_format`` order (``X Y Z INTENSITY`` when the format is empty, as DGP assumes).
+    Points with non-finite coordinates, or exactly at the origin (padding), are dropped.
+    """
+    rel = rel or str(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if "data" not in z.files:
+                raise _SweepError(rel, "data", f"no 'data' array (found {sorted(z.files)})")
+            X = z["data"]
+    except _SweepError:
+        raise
+    except Exception as exc:  # zipfile / numpy raise a variety of types for damaged files
+        raise _SweepError(rel, "", f"cannot read the point cloud ({type(exc).__name__}: {exc})") from None
+    cols: dict[str, np.ndarray] = {}
+    if X.dtype.names:
+        for name in X.dtype.names:
+            cols[name.upper()] = np.asarray(X[name], dtype=np.float64).reshape(-1)
+    else:
+        if X.ndim != 2:
+            raise _SweepError(rel, "data", f"must be an [N, C] array, got shape {X.shape}")
+        fmt = point_format or ("X", "Y", "Z", "INTENSITY")[: X.shape[1]]
+        if X.shape[1] < len(fmt):
+            raise _SweepError(rel, "data", f"has {X.shape[1]} columns for point_format {list(fmt)}")
+        for i, name in enumerate(fmt):
+            cols[name] = np.asarray(X[:, i], dtype=np.float64)
+    if not all(k in cols for k in ("X", "Y", "Z")):
+        raise _SweepError(rel, "data", f"needs X, Y and Z columns, found {sorted(cols)}")
+    xyz = np.stack([cols["X"], cols["Y"], cols["Z"]], axis=1)
+    keep = np.all(np.isfinite(xyz), axis=1) & np.any(xyz != 0, axis=1)
+    return {k: v[keep] for k, v in cols.items()}
+
+
+def _spherical(xyz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(azimuth deg, elevation deg, range m) of lidar-frame points, azimuth from +x toward +y."""
+    rho = np.hypot(xyz[:, 0], xyz[:, 1])
+    return (np.degrees(np.arctan2(xyz[:, 1], xyz[:, 0])), np.degrees(np.arctan2(xyz[:, 2], rho)),
+            np.hypot(rho, xyz[:, 2]))
+
+
+def _window(h: np.ndarray, half: int, fn) -> np.ndarray:
+    padded = np.pad(h, half, mode="constant")
+    return fn(np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1), axis=1)
+
+
+def estimate_channel_table(elevation_deg: np.ndarray, range_m: np.ndarray) -> tuple[np.ndarray, str]:
+    """An approximate channel table (elevations, degrees, ascending) for points without one.
+
+    * ``"rings"``: a spinning lidar seen from its own origin puts its points on a few
+      sharp elevations. Peaks of a fine elevation histogram (0.02 deg bins) that stand well
+      above their surroundings are taken as channels when at least 80 % of the points lie
+      within 0.1 deg of one (near points are left out: beam origins sit off the sensor
+      origin, which smears elevations at short range).
+    * ``"elevation-quantiles"``: otherwise (several merged lidars, a non-spinning scanner,
+      points not seen from the sensor origin), 64 channels at evenly spaced quantiles of
+      the elevations, so that channels are dense where the points are.
+
+    Returns (elevation_deg ``[C]``, method).
+    """
+    el = elevation_deg[np.isfinite(elevation_deg)]
+    if len(el) == 0:
+        return np.array([0.0]), "elevation-quantiles"
+    far = el[range_m[np.isfinite(elevation_deg)] >= RING_MIN_RANGE_M]
+    sample = far if len(far) >= 1000 else el
+    lo = float(sample.min())
+    bins = np.floor((sample - lo) / RING_BIN_DEG).astype(np.int64)
+    h = np.bincount(bins).astype(np.float64)
+    background = _window(h, int(round(0.5 / RING_BIN_DEG)), np.median)  # +-0.5 deg
+    local_max = h >= _window(h, 3, np.max)  # +-0.06 deg
+    peaks = np.nonzero(local_max & (h >= 4 * background + 5))[0]
+    if len(peaks):
+        peaks = peaks[np.concatenate([[True], np.diff(peaks) > 3])]  # one per plateau
+    if 2 <= len(peaks) <= 1024:
+        centres = lo + (peaks + 0.5) * RING_BIN_DEG
+        refined = []
+        for c in centres:  # the mean elevation of each ring's points, not the bin centre
+            on = sample[np.abs(sample - c) <= RING_HALF_WIDTH_DEG]
+            refined.append(float(on.mean()) if len(on) else float(c))
+        table = np.unique(np.round(np.array(refined), 6))
+        near = np.abs(sample - table[_nearest_channel(sample, table)])
+        if np.mean(near <= RING_HALF_WIDTH_DEG) >= RING_MIN_COVERAGE:
+            return table, "rings"
+    q = (np.arange(QUANTILE_CHANNELS) + 0.5) / QUANTILE_CHANNELS
+    return np.unique(np.round(np.quantile(el, q), 6)), "elevation-quantiles"
+
+
+def _nearest_channel(elevation_deg: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Index into ``table`` (any order) of the elevation nearest to each point's. ``[N]`` -> ``[N]`` int64."""
+    order = np.argsort(table, kind="stable")
+    ascending = table[order]
+    if len(ascending) == 1:
+        return np.zeros(len(elevation_deg), dtype=np.int64)
+    i = np.clip(np.searchsorted(ascending, elevation_deg), 1, len(ascending) - 1)
+    left, right = ascending[i - 1], ascending[i]
+    nearest = np.where(np.abs(elevation_deg - left) <= np.abs(right - elevation_deg), i - 1, i)
+    return order[nearest].astype(np.int64)
+
+
+def cache_root() -> Path:
+    """Where imported sweeps are cached: ``$XDG_CACHE_HOME/nurec_usd/imports`` (``~/.cache`` by default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "nurec_usd" / "imports"
+
+
+def _inputs_hash(lidar_id: str, sweeps: list[_SweepInput]) -> str:
+    h = hashlib.sha256(f"nurec_usd dgp sweeps v{CACHE_VERSION} {lidar_id}\n".encode())
+    for s in sweeps:
+        h.update(f"{s.timestamp_us} {','.join(s.point_format)} ".encode())
+        try:
+            with open(s.path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+        except OSError as exc:
+            raise _SweepError(s.rel, "", f"cannot read the file ({exc})") from None
+    return h.hexdigest()[:32]
+
+
+def _cached_spec(folder: Path) -> dict[str, Any] | None:
+    """The converted lidar in ``folder``, or None when absent or incomplete."""
+    try:
+        spec = json.loads((folder / "lidar.json").read_text(encoding="utf-8"))
+        for s in spec["sweeps"]:
+            _, base = read_nrl_header(folder / s["file"])
+            if base != s["timestamp_us"]:
+                return None
+    except (OSError, ValueError, KeyError, TypeError, SweepFormatError):
+        return None
+    spec["folder"] = str(folder)
+    return spec
+
+
+def convert_sweeps(lidar_id: str, sweeps: list[_SweepInput]) -> dict[str, Any]:
+    """Convert DGP sweeps to ``.nrl`` (cached) and describe the estimated spinning model.
+
+    Returns a dict with the model's fields (``elevation_deg``, ``columns``, ...), ``sweeps``
+    (timestamp and file name), ``folder`` (the cache folder), ``method`` and ``note``.
+    """
+    key = _inputs_hash(lidar_id, sweeps)
+    folder = cache_root() / key
+    spec = _cached_spec(folder)
+    if spec is not None:
+        return spec
+
+    # Pass 1: the channel table and intensity scale from up to TABLE_SAMPLE_SWEEPS sweeps.
+    pick = np.unique(np.linspace(0, len(sweeps) - 1, min(len(sweeps), TABLE_SAMPLE_SWEEPS)).round().astype(int))
+    els, rngs, rings, intensity_max, counts = [], [], [], 0.0, []
+    first_xyz = None
+    for i in pick:
+        cols = read_dgp_points(sweeps[i].path, sweeps[i].point_format, sweeps[i].rel)
+        xyz = np.stack([cols["X"], cols["Y"], cols["Z"]], axis=1)
+        _, el, rng = _spherical(xyz)
+        step = max(1, len(el) // 200_000)  # bounded memory for the histogram
+        els.append(el[::step])
+        rngs.append(rng[::step])
+        counts.append(len(el))
+        if "RING" in cols:
+            rings.append((cols["RING"][::step], el[::step]))
+        if "INTENSITY" in cols and len(cols["INTENSITY"]):
+            intensity_max = max(intensity_max, float(np.nanmax(cols["INTENSITY"])))
+        if first_xyz is None:
+            first_xyz = xyz
+    el_all, rng_all = np.concatenate(els), np.concatenate(rngs)
+    ring_table: np.ndarray | None = None
+    if rings and len(rings) == len(pick):
+        ring_ids = np.concatenate([r for r, _ in rings]).astype(np.int64)
+        ring_els = np.concatenate([e for _, e in rings])
+        if len(ring_ids) and ring_ids.min() >= 0 and ring_ids.max() < 4096:
+            n = int(ring_ids.max()) + 1
+            med = np.full(n, np.nan)
+            for r in np.unique(ring_ids):
+                med[r] = np.median(ring_els[ring_ids == r])
+            seen = np.isfinite(med)
+            ring_table = np.interp(np.arange(n), np.nonzero(seen)[0], med[seen])  # unseen rings: between neighbours
+    if ring_table is not None:
+        table, method = ring_table, "ring-field"
+    else:
+        table, method = estimate_channel_table(el_all, rng_all)
+    if method == "elevation-quantiles":
+        columns = int(np.clip(round(float(np.median(counts)) / len(table)), 16, 16384))
+    else:  # the azimuth step between neighbouring points of one ring
+        az, el, _ = _spherical(first_xyz)
+        ch = _nearest_channel(el, table)
+        steps = []
+        for c in np.unique(ch):
+            a = np.sort(az[ch == c])
+            d = np.diff(a)
+            d = d[d > 1e-4]
+            if len(d) >= 50:
+                steps.append(np.median(d))
+        columns = int(np.clip(round(360.0 / float(np.median(steps))), 16, 16384)) if steps else \
+            int(np.clip(round(float(np.median(counts)) / len(table)), 16, 16384))
+    times = np.array([s.timestamp_us for s in sweeps], dtype=np.int64)
+    # Consecutive sweeps give the spin rate, unless the log keeps only some sweeps (spacing
+    # over 0.2 s, slower than any driving lidar spins): then the nominal 10 Hz.
+    spacing_s = float(np.median(np.diff(times))) * 1e-6 if len(times) > 1 else math.inf
+    scan_rate = 1.0 / spacing_s if spacing_s <= MAX_SWEEP_SPACING_S else DEFAULT_SCAN_RATE_HZ
+    # Raw 8-bit intensities become [0, 1], the format's convention; already-normalised ones stay.
+    intensity_scale = 1.0 if intensity_max <= 1.0 else (1 / 255 if intensity_max <= 255 else 1 / intensity_max)
+
+    # Pass 2: every sweep to .nrl, in a staged folder moved into place whole.
+    stage = StagedDirectory(folder, overwrite=folder.exists())
+    try:
+        entries, r_min, r_max = [], math.inf, 0.0
+        for s in sweeps:
+            cols = read_dgp_points(s.path, s.point_format, s.rel)
+            xyz = np.stack([cols["X"], cols["Y"], cols["Z"]], axis=1)
+            _, el, rng = _spherical(xyz)
+            channel = _nearest_channel(el, table)
+            if method == "ring-field" and "RING" in cols:  # the sensor's own channel where it is usable
+                ring = cols["RING"].astype(np.int64)
+                ok = (ring >= 0) & (ring < len(table))
+                channel[ok] = ring[ok]
+            intensity = cols.get("INTENSITY", np.zeros(len(xyz))) * intensity_scale
+            intensity = np.where(np.isfinite(intensity), intensity, 0.0)
+            name = f"{s.timestamp_us}.nrl"
+            # every point at the sweep time: DGP's points are relative to the sweep's single pose
+            write_nrl(stage.path / name, s.timestamp_us, xyz.astype(np.float32), intensity.astype(np.float32),
+                      np.full(len(xyz), s.timestamp_us, dtype=np.int64), channel)
+            entries.append({"timestamp_us": s.timestamp_us, "file": name})
+            if len(rng):
+                r_min, r_max = min(r_min, float(rng.min())), max(r_max, float(rng.max()))
+        if not math.isfinite(r_min):
+            r_min, r_max = 0.0, 1.0
+        min_range = max(0.0, math.floor(r_min * 10) / 10)
+        max_range = max(math.ceil(r_max), min_range + 1.0)
+        spec = {
+            "elevation_deg": [float(e) for e in table], "columns": columns, "rotation": "counterclockwise",
+            "scan_rate_hz": scan_rate, "start_azimuth_deg": 0.0, "min_range_m": min_range,
+            "max_range_m": float(max_range), "sweeps": entries, "method": method, "intensity_scale": intensity_scale,
+            "note": ("channel table estimated from the points (" + method + "); rotation, start azimuth and columns "
+                     "are nominal; every point carries its sweep's timestamp (time offset 0)"),
+            "cache": key,
+        }
+        (stage.path / "lidar.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
+        try:
+            stage.commit()
+        except FileExistsError:  # another process converted the same inputs meanwhile: use theirs
+            stage.abort()
+            theirs = _cached_spec(folder)
+            if theirs is not None:
+                return theirs
+            raise
+    except BaseException:
+        stage.abort()
+        raise
+    spec["folder"] = str(folder)
+    return spec
