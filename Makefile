@@ -1,19 +1,22 @@
 # Quick start: `make demo` (set up + run the main job on the bundled sample),
 #              `make test` (set up + run the whole test suite).
 # Both create ./.venv on first use. Variables: PYTHON (interpreter for the venv),
-# TORCH (the torch to install when the venv has none, e.g. a CUDA build).
+# TORCH (the torch to install when the venv has none, e.g. a CUDA build),
+# DEMO_FLAGS (build options of the demo: by default a quick build that fits a CPU in a few
+# minutes; `make demo DEMO_FLAGS=` runs the full fast preset, best on a GPU).
 
 PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 SAMPLE ?= samples/tiny
+DEMO_FLAGS ?= --steps 400 --downscale 2
 
 .PHONY: demo test setup system-deps sample clean
 
 demo: setup
-	$(PY) -m nurec_usd validate $(SAMPLE)
 	$(PY) -m nurec_usd inspect $(SAMPLE)
+	$(PY) -m nurec_usd build $(SAMPLE) -o runs/tiny --overwrite $(DEMO_FLAGS)
 
 test: setup
 	$(PY) -m pytest
@@ -44,4 +47,4 @@ sample: setup
 	$(PY) samples/make_sample.py $(SAMPLE)
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache runs

@@ -6,3 +6,10 @@ and pxr are imported by the parts that need them.
 """
 
 __version__ = "0.1.0"
+
+
+def build(*args, **kwargs):
+    """Reconstruct a capture into a run directory: see :func:`nurec_usd.pipeline.build`."""
+    from nurec_usd.pipeline import build as _build
+
+    return _build(*args, **kwargs)

@@ -15,13 +15,17 @@ from nurec_usd import __version__
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from nurec_usd.capture import CaptureError, capture_summary, format_summary, load_capture
+    from nurec_usd.capture import CaptureError, capture_summary, format_summary
+    from nurec_usd.capture.importers import load_any
 
     try:
-        capture = load_capture(args.capture)
+        capture = load_any(args.capture, format=args.format)
     except CaptureError as err:
         print(err, file=sys.stderr)
         return 1
+    except ValueError as err:  # an unknown --format
+        print(f"inspect: {err}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(capture_summary(capture), indent=2))
     else:
@@ -32,7 +36,25 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from nurec_usd.capture import validate_capture
+    from nurec_usd.capture import CaptureError, validate_capture
+    from nurec_usd.capture.importers import detect_format, load_any
+
+    try:
+        fmt = args.format or detect_format(args.capture)
+    except CaptureError as err:
+        print(err, file=sys.stderr)
+        return 1
+    if fmt != "native":  # an importer checks every file and field it reads while loading
+        try:
+            load_any(args.capture, format=fmt)
+        except CaptureError as err:
+            print(err, file=sys.stderr)
+            return 1
+        except ValueError as err:
+            print(f"validate: {err}", file=sys.stderr)
+            return 2
+        print(f"{args.capture}: valid {fmt} capture (loaded through the {fmt} importer)")
+        return 0
 
     def progress(it, total):
         return tqdm(it, total=total, desc="decoding images and sweeps", unit="file",
@@ -88,6 +110,37 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_build(args: argparse.Namespace) -> int:
+    from nurec_usd.pipeline import BuildError, build
+    from nurec_usd.capture import CaptureError
+
+    options = {"steps": args.steps, "max_gaussians": args.max_gaussians, "seed": args.seed,
+               "voxel_m": args.voxel, "refine_tracks": args.refine_tracks or None, "downscale": args.downscale}
+    try:
+        result = build(args.capture, args.out, preset=args.preset, budget_s=args.budget_s, device=args.device,
+                       format=args.format, overwrite=args.overwrite, progress=not args.no_progress, **options)
+    except CaptureError as err:
+        print(err, file=sys.stderr)
+        return 1
+    except FileExistsError as err:
+        print(f"build: {err}; pass --overwrite to replace it", file=sys.stderr)
+        return 2
+    except (BuildError, ValueError) as err:
+        print(f"build: {err}", file=sys.stderr)
+        return 1
+    m = result.metrics
+    print(f"run          {result.out_dir}")
+    print(f"status       {result.status}: {result.message}")
+    print(f"held-out     PSNR {m['psnr']:.2f} dB (mean-colour baseline {m['baseline_psnr']:.2f} dB), "
+          f"SSIM {m['ssim']:.3f} over {m['held_out_frames']} frames")
+    if "lidar_median_range_error_m" in m:
+        print(f"lidar        median range error {m['lidar_median_range_error_m']:.3f} m, "
+              f"hit accuracy {m['lidar_hit_accuracy']:.3f} over {m['held_out_sweeps']} sweeps")
+    print(f"gaussians    {m['gaussians']:,} ({m['static_gaussians']:,} static, {m['actor_gaussians']:,} actor)")
+    print("seconds      " + ", ".join(f"{k} {v:.1f}" for k, v in result.stage_seconds.items()))
+    return 0 if result.status != "diverged" else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m nurec_usd``."""
     parser = argparse.ArgumentParser(
@@ -100,8 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inspect", help="summarise a capture: sensors, time span, frames, sweeps, tracks",
                        description="Load a capture (checking it) and print a readable summary.")
-    p.add_argument("capture", type=Path, help="capture directory (or its capture.json)")
+    p.add_argument("capture", type=Path, help="capture directory (native or an importable format)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--format", default=None, help="capture format, instead of detecting it "
+                   "(native, nerfstudio, colmap, dgp, ...)")
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("validate", help="check a capture; exit 0 when clean, 1 with every problem listed",
@@ -111,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help="skip decoding images and reading sweeps (headers and sizes are still checked)")
     p.add_argument("--workers", type=int, default=8, help="threads for decoding (default: 8)")
+    p.add_argument("--format", default=None, help="capture format, instead of detecting it")
     p.set_defaults(func=_cmd_validate)
 
     from nurec_usd.synth.presets import PRESETS
@@ -140,6 +196,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--contact-sheet", type=Path, default=None, metavar="PNG",
                    help="also write a contact sheet of a few frames (and depth, actors, lidar) to this PNG")
     p.set_defaults(func=_cmd_synth)
+
+    p = sub.add_parser(
+        "build", help="reconstruct a capture into an optimised time-varying Gaussian scene (a run directory)",
+        description="Initialise Gaussians from the capture's lidar (or SfM points, or the camera frusta), optimise "
+                    "them against the training frames and sweeps, evaluate on held-out ones (every 8th timestamp), "
+                    "and write OUT: scene.pt, config.json, manifest.json (inputs + hashes, versions, time per "
+                    "stage), metrics.json, train_log.jsonl, eval_sheet.png and eval/. OUT appears only when "
+                    "complete. Exit 0 on success, 1 on bad input or a diverged run (its last good checkpoint is "
+                    "kept), 2 on a usage error.")
+    p.add_argument("capture", type=Path, help="capture directory (native, or a format --format names)")
+    p.add_argument("-o", "--out", required=True, type=Path, help="run directory to create")
+    p.add_argument("--preset", choices=("fast", "quality"), default="fast",
+                   help="fast: 3k steps, SH degree 1; quality: 30k steps, SH degree 3, finer init (default: fast)")
+    p.add_argument("--budget-s", type=float, default=None, metavar="N",
+                   help="end training gracefully after N seconds of wall time (evaluation and export still run)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the preset's)")
+    p.add_argument("--max-gaussians", type=int, default=None, help="cap on the Gaussian count (default: the preset's)")
+    p.add_argument("--voxel", type=float, default=None, metavar="M", help="initial voxel size in metres")
+    p.add_argument("--downscale", type=int, default=None, metavar="K",
+                   help="train and evaluate on images shrunk K times (default: 1, full resolution)")
+    p.add_argument("--refine-tracks", action="store_true", help="also optimise the actors' track poses")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: 0)")
+    p.add_argument("--device", default="auto", help="auto (default: a CUDA GPU when torch sees one), cpu, cuda:N")
+    p.add_argument("--format", default=None, help="capture format, instead of detecting it")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=_cmd_build)
     return parser
 
 

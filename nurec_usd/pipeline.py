@@ -1,0 +1,284 @@
+"""``build``: a capture in, a run directory with the optimised scene, its metrics and pictures out.
+
+Stages (each timed in the run manifest): load (read and hash the inputs, decode images,
+range images of the sweeps), init (initial Gaussians), train, eval (held-out frames and
+sweeps), export (the scene file). The run directory appears only when complete: it is
+written as a hidden sibling and moved into place.
+
+Run directory::
+
+    OUT/scene.pt          the optimised scene (``nurec_usd.scene.gaussians.Scene.load``)
+    OUT/config.json       the resolved configuration
+    OUT/manifest.json     inputs and their SHA-256, versions, git commit, device, wall time per stage, status
+    OUT/metrics.json      held-out PSNR / SSIM (+ mean-colour baseline), lidar range error and hit accuracy
+    OUT/train_log.jsonl   loss, PSNR and Gaussian count every few steps; refinement events
+    OUT/eval_sheet.png    held-out renders next to the held-out images
+    OUT/eval/             every held-out render | image pair, and held-out lidar range images
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import platform
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+from nurec_usd import __version__
+
+
+class BuildError(RuntimeError):
+    """A build that could not finish; the message says why and what to try."""
+
+
+@dataclass
+class BuildResult:
+    """What ``build`` produced."""
+
+    out_dir: Path
+    status: str  # "completed", "budget", "interrupted" or "diverged"
+    message: str
+    metrics: dict[str, Any]
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+
+# Files of an imported capture's own format that carry poses, calibration and tracks.
+_DESCRIPTION_SUFFIXES = {".json", ".txt", ".bin", ".yaml", ".yml"}
+
+
+def _input_files(capture) -> list[Path]:
+    """Every file the capture's content comes from: its description (the manifest, or an imported
+    format's pose / calibration / track files) and every image, mask and sweep."""
+    root = Path(capture.root)
+    manifest = root / "capture.json"
+    if manifest.is_file():
+        files = [manifest]
+    else:
+        files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in _DESCRIPTION_SUFFIXES)
+    for cam in capture.cameras.values():
+        for frame in cam.frames:
+            files.append(Path(frame.image_path))
+            if frame.mask_path is not None:
+                files.append(Path(frame.mask_path))
+    for lidar in capture.lidars.values():
+        files.extend(Path(s.path) for s in lidar.sweeps)
+    return list(dict.fromkeys(files))  # each once, in order
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def hash_inputs(capture, workers: int = 8) -> dict[str, Any]:
+    """SHA-256 of every input file (in parallel threads: hashlib releases the GIL), and one over all of them."""
+    files = _input_files(capture)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        digests = list(pool.map(_sha256, files))
+    root = Path(capture.root)
+    rows = []
+    for path, digest in zip(files, digests):
+        try:
+            name = str(path.relative_to(root))
+        except ValueError:
+            name = str(path)
+        rows.append({"path": name, "bytes": path.stat().st_size, "sha256": digest})
+    total = hashlib.sha256("".join(f"{r['path']}:{r['sha256']}\n" for r in rows).encode()).hexdigest()
+    return {"root": str(root), "files": rows, "combined_sha256": total,
+            "bytes": sum(r["bytes"] for r in rows)}
+
+
+def _versions() -> dict[str, Any]:
+    out = {"nurec_usd": __version__, "python": platform.python_version()}
+    for dist in ("torch", "warp-lang", "numpy", "usd-core", "open3d-cpu", "open3d"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _git_commit() -> dict[str, Any] | None:
+    """The commit of the nurec_usd source tree when it is a git checkout (None otherwise)."""
+    src = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip() != ""
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": dirty}
+
+
+def resolve_device(device: str) -> "torch.device":  # noqa: F821
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise BuildError(f"device {device!r} was asked for, but torch sees no CUDA GPU (torch {torch.__version__})")
+    return dev
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities as null: strict JSON has no NaN (e.g. a range error with no held-out sweep)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(_json_safe(value), indent=2, default=_json_default, allow_nan=False) + "\n")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_s: float | None = None,
+          device: str = "auto", format: str | None = None, overwrite: bool = False, progress: bool = True,
+          log: Callable[[str], None] | None = None, **options: Any) -> BuildResult:
+    """Reconstruct a capture into a run directory ``out`` (see the module docstring).
+
+    Args:
+        capture: capture directory (native or any importable format).
+        out: run directory to create (refused if it exists, unless ``overwrite``).
+        preset: "fast" or "quality" (``nurec_usd.train.config.PRESETS``).
+        budget_s: end training gracefully after this many seconds.
+        device: "auto", "cpu", "cuda", "cuda:1", ...
+        format: force the capture format instead of detecting it.
+        progress: show tqdm progress bars (on stderr).
+        log: where one-line messages go (default: stderr, above the progress bars).
+        **options: overrides of any training or init option (``steps=500``, ``max_gaussians=...``).
+
+    Returns:
+        The result; ``status`` is "completed", "budget" or "diverged" (a diverged run still
+        writes its last good checkpoint).
+
+    Raises:
+        CaptureError: the capture has problems (each names its file and field).
+        BuildError: the build cannot proceed (no usable frames, no GPU memory, ...).
+        FileExistsError: ``out`` exists and ``overwrite`` is False.
+    """
+    import torch
+    from tqdm import tqdm
+
+    from nurec_usd.capture.importers import load_any
+    from nurec_usd.capture.staging import StagedDirectory
+    from nurec_usd.render.warp_torch import init_warp
+    from nurec_usd.train.config import make_config
+
+    say = log or (lambda msg: tqdm.write(msg, file=sys.stderr))
+    config = make_config(preset, device=device, budget_s=budget_s, **options)
+    dev = resolve_device(config.device)
+    init_warp()
+    torch.manual_seed(config.train.seed)
+    staged = StagedDirectory(out, overwrite=overwrite)
+    stages: dict[str, float] = {}
+    stage = "load"
+    num_gaussians = 0
+    try:
+        t0 = time.monotonic()
+        cap = load_any(capture, format=format)
+        inputs = hash_inputs(cap)
+        from nurec_usd.train.data import CaptureData
+
+        data = CaptureData(cap, dev, eval_every=config.train.eval_every, progress=say,
+                           downscale=config.train.downscale)
+        if not data.train_frames:
+            raise BuildError(f"{capture}: no usable camera frames to train on ({len(data.frames)} frames in all, "
+                             f"{len(data.eval_frames)} held out)")
+        stages["load"] = time.monotonic() - t0
+        say(f"loaded {cap.name}: {len(data.train_frames)} training / {len(data.eval_frames)} held-out frames, "
+            f"{len(data.train_sweeps)} / {len(data.eval_sweeps)} sweeps, {len(cap.tracks)} tracks "
+            f"({stages['load']:.1f} s)")
+
+        stage = "init"
+        t0 = time.monotonic()
+        from nurec_usd.scene.init import initialize_scene
+
+        sweeps = [(data.lidars[s.lidar].id, s.sweep) for s in data.train_sweeps]
+        frames = [(data.cameras[f.camera].id, f.frame) for f in data.train_frames]
+        try:
+            scene = initialize_scene(cap, sweeps, frames, config.init, dev, log=say,
+                                     intensity_scale=data.intensity_scale)
+        except ValueError as err:
+            raise BuildError(f"{capture}: initialisation failed: {err}") from err
+        num_gaussians = scene.num_gaussians
+        stages["init"] = time.monotonic() - t0
+        say(f"initial scene: {len(scene.static):,} static + {len(scene.actors):,} actor Gaussians "
+            f"({stages['init']:.1f} s)")
+
+        stage = "train"
+        from nurec_usd.train.trainer import Trainer
+
+        trainer = Trainer(scene, data, config.train, log=say)
+        with tqdm(total=config.train.steps, desc="train", unit="step", disable=not progress or None,
+                  file=sys.stderr, dynamic_ncols=True) as bar:
+            result = trainer.run(config.budget_s, progress=bar)
+        num_gaussians = scene.num_gaussians
+        stages["train"] = result.seconds
+        say(f"training {result.status}: {result.message} ({result.seconds:.1f} s, "
+            f"{result.steps / max(result.seconds, 1e-9):.1f} steps/s)")
+
+        stage = "export"  # the scene is written first: whatever happens in eval, training is not lost
+        t0 = time.monotonic()
+        scene.save(staged.path / "scene.pt")
+        stages["export"] = time.monotonic() - t0
+
+        stage = "eval"
+        t0 = time.monotonic()
+        from nurec_usd.train.evaluate import evaluate
+
+        n_eval = len(data.eval_frames) + len(data.eval_sweeps)
+        with tqdm(total=n_eval, desc="eval", unit="view", disable=not progress or None, file=sys.stderr,
+                  leave=False) as bar:
+            metrics = evaluate(scene, data, staged.path, progress=bar.update)
+        stages["eval"] = time.monotonic() - t0
+        metrics.update({"status": result.status, "steps": result.steps, "gaussians": scene.num_gaussians,
+                        "static_gaussians": len(scene.static), "actor_gaussians": len(scene.actors),
+                        "steps_per_second": result.steps / max(result.seconds, 1e-9)})
+        if dev.type == "cuda":
+            metrics["peak_gpu_memory_gib"] = torch.cuda.max_memory_allocated(dev) / 2 ** 30
+        _write_json(staged.path / "metrics.json", metrics)
+        _write_json(staged.path / "config.json", config.to_dict())
+        with open(staged.path / "train_log.jsonl", "w") as f:
+            for row in result.history:
+                f.write(json.dumps(row) + "\n")
+        _write_json(staged.path / "manifest.json", {
+            "format": "nurec_usd.run", "version": 1, "capture": str(capture), "capture_name": cap.name,
+            "status": result.status, "message": result.message, "inputs": inputs, "versions": _versions(),
+            "git": _git_commit(), "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+            "stage_seconds": {k: round(v, 3) for k, v in stages.items()},
+            "command": sys.argv, "overflowing_steps": result.overflows,
+        })
+        out_dir = staged.commit()
+    except torch.cuda.OutOfMemoryError as err:
+        staged.abort()
+        raise BuildError(f"the GPU ran out of memory during {stage} with {num_gaussians:,} Gaussians: lower "
+                         f"--max-gaussians (it also caps the initial points), train on smaller images "
+                         f"(--downscale 2), or free the GPU ({str(err).splitlines()[0]})") from err
+    except BaseException:
+        staged.abort()
+        raise
+    return BuildResult(out_dir, result.status, result.message, metrics, stages)

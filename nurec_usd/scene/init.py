@@ -1,0 +1,359 @@
+"""Initial Gaussians from a capture: accumulated lidar points (or SfM points, or points in the camera frusta).
+
+Steps, all tensor code on the training device:
+1. every training sweep's points go into the world, each with the rig pose at its own firing
+   time (``lidar_world_points``);
+2. points inside a tracked box at their firing time become that actor's points, in the box
+   frame; the rest are static;
+3. voxel downsampling (static and per actor), statistical outlier removal, and isotropic
+   initial scales from the mean distance to the 3 nearest neighbours (Warp hash grid);
+4. colours from the training frames that see each point (a coarse z-buffer keeps occluded
+   points from taking a foreground colour);
+5. the sky map starts at the mean colour of the images' upper rows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from nurec_usd.capture.model import Capture
+from nurec_usd.scene.gaussians import ActorTrack, GaussianParams, Scene
+from nurec_usd.sensors.se3 import PoseTrajectory, invert_transform, transform_points
+
+
+@dataclass
+class InitConfig:
+    """Options of the initialisation (see ``nurec_usd.train.config`` for the presets)."""
+
+    voxel_m: float = 0.1  # static voxel size; grown automatically to stay under max_points
+    actor_voxel_m: float = 0.05
+    max_points: int = 300_000  # static Gaussians at most
+    box_margin: float = 0.05  # boxes grown by this fraction when deciding which points are an actor's
+    outlier_std: float = 2.5  # statistical outlier removal: mean kNN distance > mean + this * std
+    color_frames: int = 12  # frames per camera used to colour the points
+    opacity: float = 0.1
+    random_points: int = 100_000  # captures without lidar or SfM points: points spread in the frusta
+    sky_rows: int = 16  # sky map size: rows (elevation) x 4 rows (azimuth)
+
+
+def _rig(capture: Capture) -> PoseTrajectory:
+    return PoseTrajectory(torch.as_tensor(capture.seconds(capture.rig.timestamps_us)),
+                          torch.as_tensor(capture.rig.T_world_rig, dtype=torch.float64))
+
+
+def _poses_at(traj: PoseTrajectory, times: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Poses at many times, interpolated once per distinct time. Returns ``[U, 4, 4]`` and the index ``[N]``."""
+    unique, inverse = torch.unique(times, return_inverse=True)
+    return traj.at(unique), inverse
+
+
+def lidar_world_points(capture: Capture, sweeps: list[tuple[str, int]], device: torch.device | str = "cpu",
+                       progress: Callable[[], None] | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Points of the given sweeps in the world, each placed with the rig pose at its firing time.
+
+    Returns world points ``[N, 3]`` float64, intensities ``[N]`` and times ``[N]`` (seconds), on ``device``.
+    """
+    rig = _rig(capture)
+    rig = PoseTrajectory(rig.key_times.to(device), rig.key_T.to(device))
+    pts, inten, times = [], [], []
+    for lidar_id, index in sweeps:
+        lidar = capture.lidars[lidar_id]
+        sweep = lidar.load_sweep(index)
+        p = torch.from_numpy(np.asarray(sweep.points, dtype=np.float64)).to(device)
+        rng = p.norm(dim=-1)
+        keep = (rng >= lidar.min_range_m) & (rng <= lidar.max_range_m) & torch.isfinite(rng)
+        t = torch.as_tensor(capture.seconds(sweep.timestamps_us)).to(device)[keep]
+        T_rig, idx = _poses_at(rig, t)
+        T_world_lidar = T_rig @ torch.as_tensor(lidar.T_rig_lidar, dtype=torch.float64, device=device)
+        pts.append(transform_points(T_world_lidar[idx], p[keep]))
+        inten.append(torch.from_numpy(np.asarray(sweep.intensity, dtype=np.float64)).to(device)[keep])
+        times.append(t)
+        if progress:
+            progress()
+    if not pts:
+        z = torch.zeros(0, dtype=torch.float64, device=device)
+        return z.view(0, 3), z, z
+    return torch.cat(pts), torch.cat(inten), torch.cat(times)
+
+
+def split_actor_points(points: torch.Tensor,  # [N, 3] world
+                       times: torch.Tensor,  # [N] seconds
+                       tracks: list[ActorTrack], margin: float
+                       ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Which points belong to which actor: ``static_mask [N]`` and, per track, its points in the box frame ``[n_a, 3]``.
+
+    A point belongs to an actor when it lies inside the actor's box (grown by ``margin``)
+    at the point's own time, within the track's time range.
+    """
+    static = torch.ones(points.shape[0], dtype=torch.bool, device=points.device)
+    per_actor = []
+    for track in tracks:
+        traj = PoseTrajectory(track.times.to(points.device), track.T_world_box.to(points.device))
+        inside_time = (times >= track.times[0]) & (times <= track.times[-1])
+        cand = torch.nonzero(inside_time & static).flatten()
+        if cand.numel() == 0:
+            per_actor.append(torch.zeros(0, 3, dtype=points.dtype, device=points.device))
+            continue
+        T, idx = _poses_at(traj, times[cand])
+        local = transform_points(invert_transform(T)[idx], points[cand])
+        half = torch.as_tensor(track.size_m, dtype=points.dtype, device=points.device) / 2 * (1 + margin)
+        inside = (local.abs() <= half).all(-1)
+        static[cand[inside]] = False
+        per_actor.append(local[inside])
+    return static, per_actor
+
+
+def voxel_downsample(points: torch.Tensor,  # [N, 3]
+                     voxel: float, *features: torch.Tensor,  # each [N, ...]
+                     ) -> tuple[torch.Tensor, ...]:
+    """One point per occupied voxel: the mean of its points (and of each feature)."""
+    if points.shape[0] == 0:
+        return (points, *features)
+    key = torch.floor(points / voxel).long()
+    key = key - key.min(0).values
+    dims = key.max(0).values + 1
+    flat = (key[:, 0] * dims[1] + key[:, 1]) * dims[2] + key[:, 2]
+    _, inverse, counts = torch.unique(flat, return_inverse=True, return_counts=True)
+    out = []
+    for x in (points, *features):
+        acc = torch.zeros((counts.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
+        acc.index_add_(0, inverse, x)
+        out.append(acc / counts.view(-1, *([1] * (x.dim() - 1))).to(x.dtype))
+    return tuple(out)
+
+
+def _downsample_to(points: torch.Tensor, voxel: float, max_points: int, *features: torch.Tensor):
+    """Voxel downsampling, growing the voxel until at most ``max_points`` remain."""
+    while True:
+        out = voxel_downsample(points, voxel, *features)
+        if out[0].shape[0] <= max_points:
+            return out, voxel
+        voxel *= 1.25
+
+
+def initial_scales(points: torch.Tensor,  # [N, 3]
+                   floor: float, ceiling: float) -> torch.Tensor:  # [N, 3]
+    """Isotropic scales from the mean distance to the 3 nearest neighbours."""
+    from nurec_usd.scene.neighbors import knn_distances
+
+    if points.shape[0] < 2:
+        return torch.full((points.shape[0], 3), ceiling, dtype=points.dtype, device=points.device)
+    d = knn_distances(points.float(), k=3)
+    d = torch.where(torch.isfinite(d), d, torch.full_like(d, ceiling)).mean(-1)
+    return d.clamp(floor, ceiling).to(points.dtype)[:, None].expand(-1, 3).contiguous()
+
+
+def remove_outliers(points: torch.Tensor, std_ratio: float, *features: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Drop statistical outliers (isolated points, e.g. dust or multipath returns)."""
+    from nurec_usd.scene.neighbors import statistical_outliers
+
+    if points.shape[0] < 16:
+        return (points, *features)
+    keep = ~statistical_outliers(points.float(), k=8, std_ratio=std_ratio)
+    return tuple(x[keep] for x in (points, *features))
+
+
+def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: torch.Tensor,  # [Ns, 3] world
+                  actor_pts: list[torch.Tensor],  # per track [n_a, 3] box frame
+                  tracks: list[ActorTrack], device: torch.device) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Mean colour of every point over the frames that see it (grey 0.5 where none does).
+
+    Visibility: points are splatted into a coarse depth buffer (cells of about 1/160 of the
+    image width); a point counts for a frame when it is within 5% (+0.2 m) of its cell's
+    nearest depth.
+    Returns the static colours ``[Ns, 3]`` and per track ``[n_a, 3]``, in [0, 1].
+    """
+    rig = _rig(capture)
+    sizes = [static_pts.shape[0]] + [p.shape[0] for p in actor_pts]
+    n = sum(sizes)
+    acc = torch.zeros(n, 3, dtype=torch.float32, device=device)
+    cnt = torch.zeros(n, dtype=torch.float32, device=device)
+    trajs = [PoseTrajectory(t.times, t.T_world_box) for t in tracks]
+    for cam_id, fi in frames:
+        cam = capture.cameras[cam_id]
+        frame = cam.frames[fi]
+        t = float(capture.seconds(frame.timestamp_us))
+        world = [static_pts]
+        for traj, track, local in zip(trajs, tracks, actor_pts):
+            if track.times[0] <= t <= track.times[-1]:
+                world.append(transform_points(traj.at(torch.tensor([t], dtype=torch.float64))[0].to(local.device), local))
+            else:  # not there at t: push far behind every camera
+                world.append(torch.full_like(local, float("nan")))
+        T_cw = invert_transform(rig.at(torch.tensor([t], dtype=torch.float64))[0]
+                                @ torch.as_tensor(cam.T_rig_camera, dtype=torch.float64))
+        pc = transform_points(T_cw.to(device), torch.cat(world).to(device))
+        model = cam.sensor_model(dtype=torch.float64, device=device)
+        uv, valid = model.project(pc)
+        depth = pc.norm(dim=-1)
+        valid = valid & torch.isfinite(depth) & (pc[:, 2] > 0.1) & torch.isfinite(uv).all(-1)
+        uv = torch.where(valid[:, None], uv, torch.zeros_like(uv))  # NaN pixels would index out of bounds
+        cell = max(1, cam.width // 160)
+        gw, gh = -(-cam.width // cell), -(-cam.height // cell)
+        cu = (uv[:, 0] + 0.5).floor().clamp(0, cam.width - 1).long()
+        cv = (uv[:, 1] + 0.5).floor().clamp(0, cam.height - 1).long()
+        key = (cv // cell) * gw + (cu // cell)
+        zbuf = torch.full((gw * gh,), float("inf"), dtype=depth.dtype, device=device)
+        zbuf.scatter_reduce_(0, key[valid], depth[valid], reduce="amin")
+        seen = valid & (depth <= zbuf[key] * 1.05 + 0.2)
+        img = torch.from_numpy(np.array(frame.load_image())).to(device).float() / 255.0
+        acc[seen] += img[cv[seen], cu[seen]]
+        cnt[seen] += 1
+    rgb = torch.where(cnt[:, None] > 0, acc / cnt.clamp_min(1)[:, None], torch.full_like(acc, 0.5))
+    parts = list(torch.split(rgb, sizes))
+    return parts[0], parts[1:]
+
+
+def _spread(items: list, count: int) -> list:
+    """``count`` items spread evenly over the list (all of them when there are fewer)."""
+    if len(items) <= count:
+        return list(items)
+    idx = np.linspace(0, len(items) - 1, count).round().astype(int)
+    return [items[i] for i in idx]
+
+
+def sky_init(capture: Capture, frames: list[tuple[str, int]], rows: int) -> torch.Tensor:
+    """A uniform sky map (``[3, rows, 4 rows]``, pre-sigmoid) at the mean colour of the images' top rows."""
+    tops = []
+    for cam_id, fi in frames:
+        img = capture.cameras[cam_id].frames[fi].load_image()
+        tops.append(img[: max(1, img.shape[0] // 10)].reshape(-1, 3).mean(0) / 255.0)
+    colour = torch.tensor(np.mean(tops, 0) if tops else [0.6, 0.7, 0.8], dtype=torch.float32)
+    return torch.logit(colour.clamp(0.02, 0.98))[:, None, None].expand(3, rows, 4 * rows).contiguous()
+
+
+def frustum_points(capture: Capture, frames: list[tuple[str, int]], count: int,
+                   near: float = 2.0, far: float = 100.0, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random points in the training cameras' frusta (uniform in inverse depth), coloured by their pixel.
+
+    Returns world points ``[count, 3]`` float64 and colours ``[count, 3]``.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    rig = _rig(capture)
+    per = -(-count // max(1, len(frames)))
+    pts, cols = [], []
+    for cam_id, fi in frames:
+        cam = capture.cameras[cam_id]
+        frame = cam.frames[fi]
+        img = torch.from_numpy(np.array(frame.load_image())).float() / 255.0
+        u = torch.randint(0, cam.width, (per,), generator=gen)
+        v = torch.randint(0, cam.height, (per,), generator=gen)
+        inv = 1.0 / far + torch.rand(per, generator=gen, dtype=torch.float64) * (1.0 / near - 1.0 / far)
+        rays = cam.sensor_model(dtype=torch.float64).unproject(torch.stack((u, v), -1).double())
+        rays = rays / rays.norm(dim=-1, keepdim=True)
+        t = float(capture.seconds(frame.timestamp_us))
+        T_wc = rig.at(torch.tensor([t], dtype=torch.float64))[0] @ torch.as_tensor(cam.T_rig_camera,
+                                                                                 dtype=torch.float64)
+        pts.append(transform_points(T_wc, rays / inv[:, None]))
+        cols.append(img[v, u])
+    return torch.cat(pts)[:count], torch.cat(cols)[:count]
+
+
+def scene_tracks(capture: Capture) -> list[ActorTrack]:
+    """The capture's tracks, times in seconds since the capture start."""
+    return [ActorTrack(t.id, t.label, [float(x) for x in t.size_m],
+                       torch.as_tensor(capture.seconds(t.timestamps_us)),
+                       torch.as_tensor(t.T_world_box, dtype=torch.float64))
+            for t in capture.tracks.values()]
+
+
+def seed_empty_actors(actor_pts: list[torch.Tensor], tracks: list[ActorTrack], count: int = 200,
+                      seed: int = 0) -> list[torch.Tensor]:
+    """Actors without points (no lidar return inside the box, or no lidar) get ``count`` points
+    spread through their box: relocation only moves Gaussians within the actor set, so an
+    actor that starts empty would stay empty and static Gaussians would smear its motion."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for pts, track in zip(actor_pts, tracks):
+        if pts.shape[0] > 0:
+            out.append(pts)
+            continue
+        size = torch.tensor(track.size_m, dtype=torch.float64) * 0.9
+        out.append(((torch.rand(count, 3, generator=gen, dtype=torch.float64) - 0.5) * size).to(pts.device))
+    return out
+
+
+def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], train_frames: list[tuple[str, int]],
+                     config: InitConfig, device: torch.device | str,
+                     log: Callable[[str], None] | None = None, intensity_scale: float | None = None) -> Scene:
+    """The initial scene of a capture, built from its training sweeps and frames only.
+
+    ``intensity_scale``: lidar intensities are divided by it (as the training targets are);
+    None: the 99th percentile of the points used here.
+    """
+    say = log or (lambda _m: None)
+    device = torch.device(device)
+    tracks = scene_tracks(capture)
+    per_camera: dict[str, list[tuple[str, int]]] = {}
+    for cam_id, fi in train_frames:
+        per_camera.setdefault(cam_id, []).append((cam_id, fi))
+    colour_frames = [f for frames in per_camera.values() for f in _spread(frames, config.color_frames)]
+
+    sfm = capture.metadata.get("sfm_points") if isinstance(capture.metadata, dict) else None
+    if train_sweeps:
+        pts, inten, times = lidar_world_points(capture, train_sweeps, device)
+        say(f"accumulated {pts.shape[0]:,} lidar points from {len(train_sweeps)} sweeps")
+        if pts.shape[0] == 0:
+            raise ValueError("the capture's training sweeps hold no points inside the lidars' range limits")
+        if intensity_scale is None:
+            intensity_scale = float(torch.quantile(inten[:: max(1, inten.shape[0] // 100_000)].float(), 0.99)) or 1.0
+        inten = (inten / intensity_scale).clamp(0, 1)
+        static_mask, actor_local = split_actor_points(pts, times, tracks, config.box_margin)
+        static_pts, static_int = pts[static_mask], inten[static_mask]
+        actor_pts = actor_local
+        del pts, inten, times
+        (static_pts, static_int), voxel = _downsample_to(static_pts, config.voxel_m, config.max_points, static_int)
+        static_pts, static_int = remove_outliers(static_pts, config.outlier_std, static_int)
+        actor_pts = seed_empty_actors([voxel_downsample(p, config.actor_voxel_m)[0] for p in actor_pts], tracks)
+        # actors start at the static mean intensity (their own returns are few and sparse)
+        mean_int = float(static_int.mean()) if static_int.numel() else 0.2
+        actor_int = [torch.full((p.shape[0],), mean_int, dtype=torch.float64, device=device) for p in actor_pts]
+        say(f"static points: {static_pts.shape[0]:,} (voxel {voxel:.3f} m); actor points: "
+            + ", ".join(f"{t.id} {p.shape[0]}" for t, p in zip(tracks, actor_pts)))
+        static_rgb, actor_rgb = colour_points(capture, colour_frames, static_pts, actor_pts, tracks, device)
+    elif sfm is not None:
+        static_pts = torch.as_tensor(np.asarray(sfm["xyz"]), dtype=torch.float64, device=device)
+        static_rgb = torch.as_tensor(np.asarray(sfm["rgb"]), dtype=torch.float32, device=device) / 255.0
+        (static_pts, static_rgb), voxel = _downsample_to(static_pts, config.voxel_m * 0.1, config.max_points,
+                                                        static_rgb)
+        static_int = torch.full((static_pts.shape[0],), 0.2, dtype=torch.float64, device=device)
+        say(f"no lidar: {static_pts.shape[0]:,} SfM points")
+    else:
+        static_pts, static_rgb = frustum_points(capture, colour_frames, config.random_points)
+        static_pts, static_rgb = static_pts.to(device), static_rgb.to(device)
+        static_int = torch.full((static_pts.shape[0],), 0.2, dtype=torch.float64, device=device)
+        voxel = config.voxel_m
+        say(f"no lidar and no SfM points: {static_pts.shape[0]:,} random points in the camera frusta")
+    if static_pts.shape[0] == 0:
+        raise ValueError("initialisation found no points to start from")
+    if not train_sweeps:  # camera-only captures: tracked actors start from points in their boxes
+        actor_pts = seed_empty_actors([torch.zeros(0, 3, dtype=torch.float64, device=device) for _ in tracks],
+                                      tracks)
+        _, actor_rgb = colour_points(capture, colour_frames, static_pts[:0], actor_pts, tracks, device)
+        actor_int = [torch.full((p.shape[0],), 0.2, dtype=torch.float64, device=device) for p in actor_pts]
+
+    def gaussians(p: torch.Tensor, rgb: torch.Tensor, inten: torch.Tensor, vox: float) -> GaussianParams:
+        scales = initial_scales(p, floor=vox * 0.05, ceiling=vox * 10)
+        return GaussianParams.create(p.float(), scales.float(), rgb.float(), config.opacity, inten.float())
+
+    static = gaussians(static_pts, static_rgb, static_int, voxel)
+    actor_sets = [gaussians(p, c, i, config.actor_voxel_m) for p, c, i in zip(actor_pts, actor_rgb, actor_int)]
+    if actor_sets:
+        actors = GaussianParams(**{k: torch.cat([getattr(a, k) for a in actor_sets])
+                                   for k in GaussianParams.FIELDS})
+        actor_index = torch.cat([torch.full((len(a),), i, dtype=torch.int32, device=device)
+                                 for i, a in enumerate(actor_sets)])
+    else:
+        actors = GaussianParams.empty(device)
+        actor_index = torch.zeros(0, dtype=torch.int32, device=device)
+    cam_ids = list(capture.cameras)
+    return Scene(static=static, actors=actors, actor_index=actor_index, tracks=tracks,
+                 sky=sky_init(capture, colour_frames, config.sky_rows).to(device), camera_ids=cam_ids,
+                 exposure=torch.zeros(len(cam_ids), 6, device=device), sh_degree=0,
+                 world_offset_m=[float(x) for x in capture.world_offset_m],
+                 metadata={"intensity_scale": intensity_scale or 1.0, "init_voxel_m": voxel})

@@ -1,0 +1,127 @@
+"""Rendering a ``Scene``: Gaussians placed at a time, cameras with sky and exposure, lidar sweeps.
+
+Used by training, evaluation and (later) replay. A ``SceneRenderer`` packs the scene's
+tracks for the fused interpolation once; each call then places every Gaussian for its time
+(one kernel) and renders (``nurec_usd.render.camera`` / ``nurec_usd.render.lidar``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from nurec_usd.render.camera import CameraBatch, CameraRender, RenderSettings, render_cameras
+from nurec_usd.render.interpolate import TrackKeys, interpolate_gaussians
+from nurec_usd.render.lidar import LidarBatch, LidarRender, LidarRenderSettings, render_lidar
+from nurec_usd.scene.gaussians import Scene
+from nurec_usd.sensors.se3 import matrix_to_quat
+
+
+@dataclass
+class CameraView:
+    """One camera frame to render: a one-camera batch, its time, and what the sky and exposure need."""
+
+    batch: CameraBatch  # one camera (C = 1) with its poses over the readout
+    camera_index: int  # into Scene.camera_ids (exposure)
+    time: torch.Tensor  # [] seconds since the capture start, on the device: actors are placed then
+    R_world_camera: torch.Tensor  # [3, 3] camera orientation at the readout's start (sky lookup)
+    rays_camera: torch.Tensor  # [H, W, 3] unit ray of every pixel in the camera frame
+
+
+@dataclass
+class SceneCameraRender:
+    """A camera render of a scene: the final image and the raw render it came from."""
+
+    image: torch.Tensor  # [H, W, 3] Gaussians over the sky, exposure applied
+    raw: CameraRender  # Gaussians only (black background), [1, H, W, ...]
+
+
+@dataclass
+class PlacedGaussians:
+    """Every Gaussian of a scene in the world at one time, activated, ready for a renderer."""
+
+    means: torch.Tensor  # [N, 3]
+    quats: torch.Tensor  # [N, 4]
+    scales: torch.Tensor  # [N, 3]
+    opacities: torch.Tensor  # [N] (0 for actors outside their track's time range)
+    sh: torch.Tensor  # [N, 16, 3]
+    intensities: torch.Tensor  # [N]
+
+
+def track_keys(scene: Scene, device: torch.device | str) -> TrackKeys:
+    """The scene's tracks packed for the interpolation kernel (float32 on ``device``)."""
+    tracks = [(t.times, t.T_world_box[:, :3, 3], matrix_to_quat(t.T_world_box[:, :3, :3])) for t in scene.tracks]
+    return TrackKeys.from_tracks(tracks, dtype=torch.float32, device=device)
+
+
+class SceneRenderer:
+    """Renders one scene's cameras and lidars at any time (the scene's tensors may be trained in place)."""
+
+    def __init__(self, scene: Scene):
+        self.scene = scene
+        self.keys = track_keys(scene, scene.device)
+
+    def place(self, t: torch.Tensor) -> PlacedGaussians:  # t: [] seconds, on the scene's device
+        """All Gaussians in the world at time t, activated (differentiable)."""
+        s = self.scene
+        a = s.actors
+        means, quats, visible = interpolate_gaussians(t, s.static.means, s.static.quats, a.means, a.quats,
+                                                      s.actor_index, self.keys, s.pose_corrections)
+        scales = torch.cat((s.static.log_scales, a.log_scales)).exp()
+        opacities = torch.sigmoid(torch.cat((s.static.opacity_logits, a.opacity_logits))) * visible
+        sh = torch.cat((torch.cat((s.static.sh0, a.sh0)), torch.cat((s.static.shN, a.shN))), dim=1)
+        intensities = torch.sigmoid(torch.cat((s.static.intensity_logits, a.intensity_logits)))
+        return PlacedGaussians(means, quats, scales, opacities, sh, intensities)
+
+    def sky(self, directions: torch.Tensor) -> torch.Tensor:  # [..., 3] unit, world
+        """Sky colour for world directions. Returns ``[..., 3]``."""
+        return sky_colors(self.scene.sky, directions)
+
+    def camera(self, view: CameraView, settings: RenderSettings | None = None,
+               placed: PlacedGaussians | None = None) -> SceneCameraRender:
+        """Render one camera frame: Gaussians over the sky, then the camera's exposure."""
+        g = placed if placed is not None else self.place(view.time)
+        raw = render_cameras(g.means, g.quats, g.scales, g.opacities, g.sh, view.batch,
+                             sh_degree=self.scene.sh_degree, settings=settings)
+        dirs = view.rays_camera @ view.R_world_camera.T  # [H, W, 3]
+        image = raw.rgb[0] + (1.0 - raw.alpha[0])[..., None] * self.sky(dirs)
+        exposure = self.scene.exposure[view.camera_index]
+        image = image * exposure[:3].exp() + exposure[3:]
+        return SceneCameraRender(image, raw)
+
+    def lidar(self, batch: LidarBatch, t: torch.Tensor,  # t: [] seconds: actors are placed then
+              settings: LidarRenderSettings | None = None, placed: PlacedGaussians | None = None) -> LidarRender:
+        """Render one lidar sweep (``batch`` carries the lidar's poses over the sweep)."""
+        g = placed if placed is not None else self.place(t)
+        return render_lidar(g.means, g.quats, g.scales, g.opacities, g.intensities, batch, settings)
+
+
+def sky_colors(sky: torch.Tensor,  # [3, H, W] pre-sigmoid equirectangular map
+               directions: torch.Tensor,  # [..., 3] unit, world (Z up)
+               ) -> torch.Tensor:  # [..., 3]
+    """Bilinear lookup in the equirectangular sky map, wrapping around in azimuth."""
+    shape = directions.shape[:-1]
+    d = directions.reshape(-1, 3)
+    az = torch.atan2(d[:, 1], d[:, 0])  # (-pi, pi]
+    el = torch.asin(d[:, 2].clamp(-1.0, 1.0))
+    h, w = sky.shape[1:]
+    # one wrapped column on each side, so azimuth +-180 degrees blends instead of clamping
+    tex = torch.cat((sky[:, :, -1:], sky, sky[:, :, :1]), dim=2)
+    u = (az / math.pi) * (w / (w + 2))  # [-1, 1] over the inner w columns
+    v = -el / (math.pi / 2)  # +90 degrees at the top
+    grid = torch.stack((u, v), -1).to(sky.dtype)[None, None]  # [1, 1, M, 2]
+    out = F.grid_sample(torch.sigmoid(tex)[None], grid, mode="bilinear", padding_mode="border", align_corners=False)
+    return out[0, :, 0].T.reshape(*shape, 3)
+
+
+def with_single_camera(batch: CameraBatch, index: int) -> CameraBatch:
+    """Camera ``index`` of a batch as a batch of one (views of the same tensors; no host sync)."""
+    pick = lambda t: t[index:index + 1]  # noqa: E731
+    return dataclasses.replace(batch, model=pick(batch.model), params=pick(batch.params),
+                               rot_start=pick(batch.rot_start), trans_start=pick(batch.trans_start),
+                               rot_end=pick(batch.rot_end), trans_end=pick(batch.trans_end),
+                               shutter=pick(batch.shutter))

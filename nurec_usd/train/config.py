@@ -1,0 +1,110 @@
+"""Build configuration: presets ``fast`` and ``quality``, resolved and saved with every run."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from nurec_usd.scene.init import InitConfig
+
+
+@dataclass
+class TrainConfig:
+    """The training loop's options. Learning rates are Adam's, per parameter group."""
+
+    steps: int = 3000
+    seed: int = 0
+    eval_every: int = 8  # frames / sweeps with index % eval_every == eval_every // 2 are held out
+    downscale: int = 1  # train and evaluate on images shrunk by this factor
+    max_gaussians: int = 1_000_000  # cap on static + actor Gaussians (MCMC-style relocation keeps under it)
+    sh_degree: int = 3
+    sh_interval: int = 500  # one more SH degree every this many steps
+    # losses
+    ssim_weight: float = 0.2
+    lidar_every: int = 1  # a lidar sweep every this many steps (0: never)
+    lidar_range_weight: float = 0.1
+    lidar_hit_weight: float = 0.02
+    lidar_intensity_weight: float = 0.01
+    opacity_reg: float = 0.01
+    scale_reg: float = 0.01
+    # learning rates
+    lr_means: float = 1.6e-3  # metres (Adam steps are about lr long); decays 100x over the run
+    lr_quats: float = 1e-3
+    lr_scales: float = 5e-3
+    lr_opacity: float = 5e-2
+    lr_sh0: float = 2.5e-3
+    lr_shN: float = 1.25e-4
+    lr_intensity: float = 2e-2
+    lr_sky: float = 1e-2
+    lr_exposure: float = 1e-3
+    lr_track: float = 1e-4  # pose corrections, when refine_tracks
+    refine_tracks: bool = False
+    # MCMC-style relocation and growth
+    refine_start: int = 200
+    refine_stop_fraction: float = 0.8  # no relocation in the last 20% of the steps
+    refine_interval: int = 100
+    grow_factor: float = 1.05  # Gaussians added per refinement, as a factor of the count (up to the cap)
+    dead_opacity: float = 0.005
+    noise_scale: float = 0.1  # position noise of near-transparent Gaussians, in units of their own scale
+    # bookkeeping
+    log_interval: int = 25  # loss / PSNR read back (one host sync) every this many steps
+    checkpoint_interval: int = 200  # last good state kept in memory for divergence recovery
+
+
+@dataclass
+class BuildConfig:
+    """Everything ``build`` needs besides the capture: the preset it came from, init and training options."""
+
+    preset: str = "fast"
+    device: str = "auto"
+    budget_s: float | None = None  # training ends gracefully at this wall-clock budget
+    init: InitConfig = field(default_factory=InitConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # fast: the turnaround preset; a CPU build of the bundled sample takes a few minutes
+    "fast": {"train": {"steps": 3000, "sh_degree": 1, "sh_interval": 1000, "max_gaussians": 1_000_000},
+             "init": {"voxel_m": 0.1, "max_points": 400_000}},
+    "quality": {"train": {"steps": 30_000, "sh_degree": 3, "sh_interval": 1000, "max_gaussians": 3_000_000,
+                          "refine_interval": 100},
+                "init": {"voxel_m": 0.05, "max_points": 1_500_000}},
+}
+
+
+def make_config(preset: str = "fast", **overrides: Any) -> BuildConfig:
+    """A preset with overrides; ``train.*`` / ``init.*`` keys may be given as ``steps=...`` (searched in
+    train, then init) or as nested dicts ``train={...}``. Unknown keys raise ValueError naming them."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+    cfg = BuildConfig(preset=preset)
+    values = PRESETS[preset]
+    cfg.train = dataclasses.replace(cfg.train, **values.get("train", {}))
+    cfg.init = dataclasses.replace(cfg.init, **values.get("init", {}))
+    train_keys = {f.name for f in dataclasses.fields(TrainConfig)}
+    init_keys = {f.name for f in dataclasses.fields(InitConfig)}
+    for key, value in overrides.items():
+        if value is None and key not in ("budget_s",):
+            continue
+        if key in ("train", "init"):
+            target = cfg.train if key == "train" else cfg.init
+            allowed = train_keys if key == "train" else init_keys
+            unknown = set(value) - allowed
+            if unknown:
+                raise ValueError(f"unknown {key} options: {', '.join(sorted(unknown))}")
+            setattr(cfg, key, dataclasses.replace(target, **value))
+        elif key in ("device", "budget_s"):
+            setattr(cfg, key, value)
+        elif key in train_keys:
+            cfg.train = dataclasses.replace(cfg.train, **{key: value})
+        elif key in init_keys:
+            cfg.init = dataclasses.replace(cfg.init, **{key: value})
+        else:
+            raise ValueError(f"unknown build option {key!r}")
+    # the Gaussian cap bounds the start too (static points; actors are few)
+    cfg.init = dataclasses.replace(cfg.init, max_points=min(cfg.init.max_points, cfg.train.max_gaussians))
+    return cfg

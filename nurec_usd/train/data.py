@@ -1,0 +1,334 @@
+"""A capture laid out for training: frames and sweeps on the device, split into train and held-out.
+
+Everything a training step needs is prepared once here, so that a step is only device work:
+per camera a one-camera ``CameraBatch`` template and the poses of every frame over its
+readout; images decoded once and kept as uint8 (on the GPU when they fit); per lidar a
+``LidarBatch`` template, the poses of every sweep and its measured range image.
+
+Held-out data: frames and sweeps whose index (per sensor, in time order) satisfies
+``index % eval_every == eval_every // 2`` are never trained on. Cameras and lidars sampled at
+the same rate therefore hold out the same instants.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from nurec_usd.capture.model import Capture
+from nurec_usd.render.camera import CameraBatch
+from nurec_usd.render.lidar import LidarBatch
+from nurec_usd.scene.render import CameraView
+from nurec_usd.sensors.se3 import PoseTrajectory, invert_transform, matrix_to_quat
+
+
+@dataclass(frozen=True)
+class FrameRef:
+    """One camera frame: which camera, which frame, when, and whether it is held out."""
+
+    camera: int  # index into CaptureData.cameras
+    frame: int  # index into that camera's frames
+    time_s: float  # first line read, seconds since the capture start
+    held_out: bool
+
+
+@dataclass(frozen=True)
+class SweepRef:
+    """One lidar sweep."""
+
+    lidar: int  # index into CaptureData.lidars
+    sweep: int
+    time_s: float  # sweep start
+    held_out: bool
+
+
+@dataclass
+class CameraData:
+    """One camera's frames, ready for rendering and losses."""
+
+    id: str
+    width: int
+    height: int
+    template: CameraBatch  # C = 1; poses replaced per frame
+    shutter: str
+    rays: torch.Tensor  # [H, W, 3] unit rays in the camera frame
+    rot_start: torch.Tensor  # [F, 4] T_camera_world rotation (w, x, y, z) at the first line
+    trans_start: torch.Tensor  # [F, 3]
+    rot_end: torch.Tensor  # [F, 4] ... at the last line
+    trans_end: torch.Tensor  # [F, 3]
+    R_world_camera: torch.Tensor  # [F, 3, 3] at the first line
+    mid_times: torch.Tensor  # [F] seconds: the middle of each readout (actors are placed then)
+    images: torch.Tensor  # [F, H, W, 3] uint8, on the device or pinned host memory
+    masks: torch.Tensor | None  # [F, H, W] bool, True where pixels count; None without masks
+
+
+@dataclass
+class LidarData:
+    """One lidar's sweeps and their measured range images."""
+
+    id: str
+    template: LidarBatch
+    rot_start: torch.Tensor  # [S, 4] T_lidar_world at the sweep start
+    trans_start: torch.Tensor  # [S, 3]
+    rot_end: torch.Tensor  # [S, 4] ... one revolution later
+    trans_end: torch.Tensor  # [S, 3]
+    mid_times: torch.Tensor  # [S] seconds: actors are placed at the sweep's middle
+    ranges: torch.Tensor  # [S, C, W] measured range per ray, 0 where there was no return
+    intensities: torch.Tensor  # [S, C, W] measured intensity, 0 where there was no return
+
+
+def downscaled_intrinsics(model: str, intrinsics: dict, factor: int) -> dict:
+    """Intrinsics of a camera whose images are shrunk by an integer ``factor`` (pixel centres kept:
+    pixel (0, 0)'s centre maps to ((0.5 / factor) - 0.5) in the new image, as area resampling does)."""
+    out = dict(intrinsics)
+    if factor == 1:
+        return out
+    for key in ("fx", "fy"):
+        if key in out:
+            out[key] = out[key] / factor
+    for key in ("cx", "cy"):
+        out[key] = (out[key] + 0.5) / factor - 0.5
+    if model == "ftheta":  # pixel radius = polynomial of the angle: every coefficient scales
+        out["angle_to_pixel"] = [c / factor for c in out["angle_to_pixel"]]
+    return out
+
+
+def held_out(index: int, eval_every: int) -> bool:
+    """Whether the index-th frame or sweep of a sensor is held out (0 disables holding out)."""
+    return eval_every > 0 and index % eval_every == eval_every // 2
+
+
+def _rig(capture: Capture) -> PoseTrajectory:
+    return PoseTrajectory(torch.as_tensor(capture.seconds(capture.rig.timestamps_us)),
+                          torch.as_tensor(capture.rig.T_world_rig, dtype=torch.float64))
+
+
+def _quat_trans(T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # [F, 4, 4] -> [F, 4], [F, 3]
+    return matrix_to_quat(T[:, :3, :3]), T[:, :3, 3]
+
+
+def _same_hemisphere(q0: torch.Tensor, q1: torch.Tensor) -> torch.Tensor:
+    return torch.where((q0 * q1).sum(-1, keepdim=True) < 0, -q1, q1)
+
+
+def _decode_all(frames, workers: int, size: tuple[int, int], factor: int) -> list[np.ndarray]:
+    """Decode every frame (and shrink it by ``factor`` with area averaging) in threads."""
+    from PIL import Image
+
+    def load(frame) -> np.ndarray:
+        img = frame.load_image()
+        if factor == 1:
+            return img
+        return np.asarray(Image.fromarray(img).reduce(factor).crop((0, 0, *size)))
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:  # PIL releases the GIL while decoding
+        return list(pool.map(load, frames))
+
+
+def _image_store(arrays: list[np.ndarray], device: torch.device, on_device: bool) -> torch.Tensor:
+    host = torch.from_numpy(np.stack(arrays))
+    if device.type != "cuda":
+        return host
+    return host.to(device) if on_device else host.pin_memory()
+
+
+def range_image(points: np.ndarray,  # [N, 3] lidar frame
+                intensity: np.ndarray,  # [N]
+                channel: np.ndarray,  # [N] int
+                lidar_model, channels: int, columns: int,
+                device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """The measured sweep as a range image ``[C, W]`` (nearest return per ray; 0: none) and its intensities."""
+    p = torch.from_numpy(np.ascontiguousarray(points, dtype=np.float64)).to(device)
+    az, _, rng = lidar_model.spherical(p)
+    ch = torch.from_numpy(np.asarray(channel, dtype=np.int64)).to(device)
+    ok = (ch >= 0) & (ch < channels) & (rng >= lidar_model.min_range_m) & (rng <= lidar_model.max_range_m)
+    # the column from the point's own channel's azimuth offset (the renderer's rays have them too)
+    offset = torch.deg2rad(lidar_model.azimuth_offset_deg.to(device=device, dtype=torch.float64))
+    turns = lidar_model.sign * (az - offset[ch.clamp(0, channels - 1)]
+                                - math.radians(lidar_model.start_azimuth_deg)) / (2 * math.pi)
+    col = torch.remainder(torch.round(turns * columns).long(), columns)
+    flat = (ch * columns + col)[ok]
+    best = torch.full((channels * columns,), float("inf"), dtype=torch.float64, device=device)
+    best.scatter_reduce_(0, flat, rng[ok], reduce="amin")
+    # the intensity of the point that gave the nearest range
+    winner = rng[ok] <= best[flat]
+    inten = torch.zeros(channels * columns, dtype=torch.float64, device=device)
+    inten[flat[winner]] = torch.from_numpy(np.asarray(intensity, dtype=np.float64)).to(device)[ok][winner]
+    best = torch.where(torch.isinf(best), torch.zeros_like(best), best)
+    return best.view(channels, columns).float(), inten.view(channels, columns).float()
+
+
+class CaptureData:
+    """The capture's frames and sweeps prepared for training on ``device``.
+
+    ``images_on_device``: ``None`` keeps the images on the GPU when they take at most half of
+    its free memory (else pinned host memory, copied per step); True / False force it.
+    ``downscale``: train and evaluate on images shrunk by this integer factor (intrinsics
+    scaled to match), for quick runs on slow machines.
+    """
+
+    def __init__(self, capture: Capture, device: torch.device | str, eval_every: int = 8,
+                 images_on_device: bool | None = None, workers: int = 8,
+                 progress: Callable[[str], None] | None = None, downscale: int = 1):
+        if int(downscale) != downscale or downscale < 1:
+            raise ValueError(f"downscale must be a positive integer, got {downscale!r}")
+        self.capture = capture
+        self.device = torch.device(device)
+        self.eval_every = eval_every
+        self.downscale = int(downscale)
+        note = progress or (lambda _msg: None)
+        rig = _rig(capture)
+        total_bytes = sum((c.width // downscale) * (c.height // downscale) * 3 * len(c.frames)
+                          for c in capture.cameras.values())
+        if images_on_device is None:
+            images_on_device = self.device.type == "cuda" and \
+                total_bytes <= 0.5 * torch.cuda.mem_get_info(self.device)[0]
+        self.images_on_device = bool(images_on_device) or self.device.type != "cuda"
+        self.cameras: list[CameraData] = []
+        self.frames: list[FrameRef] = []
+        for ci, (cam_id, cam) in enumerate(capture.cameras.items()):
+            note(f"decoding {len(cam.frames)} images of camera {cam_id}")
+            self.cameras.append(self._camera(cam, rig, workers))
+            for fi, frame in enumerate(cam.frames):
+                self.frames.append(FrameRef(ci, fi, float(capture.seconds(frame.timestamp_us)),
+                                            held_out(fi, eval_every)))
+        self.lidars: list[LidarData] = []
+        self.sweeps: list[SweepRef] = []
+        for li, (lidar_id, lidar) in enumerate(capture.lidars.items()):
+            note(f"reading {len(lidar.sweeps)} sweeps of lidar {lidar_id}")
+            self.lidars.append(self._lidar(lidar, rig))
+            for si, sweep in enumerate(lidar.sweeps):
+                self.sweeps.append(SweepRef(li, si, float(capture.seconds(sweep.timestamp_us)),
+                                            held_out(si, eval_every)))
+        self.intensity_scale = self._normalise_intensities()
+        self.train_frames = [f for f in self.frames if not f.held_out]
+        self.eval_frames = [f for f in self.frames if f.held_out]
+        self.train_sweeps = [s for s in self.sweeps if not s.held_out]
+        self.eval_sweeps = [s for s in self.sweeps if s.held_out]
+
+    # -- building ----------------------------------------------------------------------------
+
+    def _camera(self, cam, rig: PoseTrajectory, workers: int) -> CameraData:
+        dev = self.device
+        t0 = torch.as_tensor(self.capture.seconds(cam.timestamps_us))
+        readout = cam.rolling_shutter.readout_time_s if cam.rolling_shutter.direction != "global" else 0.0
+        T_rig_cam = torch.as_tensor(cam.T_rig_camera, dtype=torch.float64)
+        T_cw0 = invert_transform(rig.at(t0) @ T_rig_cam)  # [F, 4, 4] T_camera_world
+        T_cw1 = invert_transform(rig.at(t0 + readout) @ T_rig_cam)
+        q0, p0 = _quat_trans(T_cw0)
+        q1, p1 = _quat_trans(T_cw1)
+        q1 = _same_hemisphere(q0, q1)
+        k = self.downscale
+        width, height = cam.width // k, cam.height // k
+        intrinsics = downscaled_intrinsics(cam.model, cam.intrinsics, k)
+        template = CameraBatch.create([cam.model], [intrinsics], width, height,
+                                      torch.eye(4, dtype=torch.float64)[None],
+                                      torch.eye(4, dtype=torch.float64)[None], [cam.rolling_shutter.direction])
+        template = template.to(torch.float32)
+        template = dataclasses.replace(template, model=template.model.to(dev), params=template.params.to(dev),
+                                       shutter=template.shutter.to(dev))
+        from nurec_usd.sensors.cameras import camera_model
+
+        model = camera_model(cam.model, width, height, intrinsics, dtype=torch.float64)
+        v, u = torch.meshgrid(torch.arange(height, dtype=torch.float64),
+                              torch.arange(width, dtype=torch.float64), indexing="ij")
+        rays = model.unproject(torch.stack((u, v), -1))
+        rays = rays / rays.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        images = _decode_all(cam.frames, workers, (width, height), k)
+        masks = None
+        if any(f.mask_path is not None for f in cam.frames):
+            full = [f.load_mask() if f.mask_path is not None else np.ones((cam.height, cam.width), bool)
+                    for f in cam.frames]
+            # a shrunk pixel counts only when all of the pixels it covers do
+            masks = torch.from_numpy(np.stack([m[:height * k, :width * k].reshape(height, k, width, k).all((1, 3))
+                                               for m in full]))
+            masks = masks.to(dev)
+        f32 = lambda t: t.to(device=dev, dtype=torch.float32).contiguous()  # noqa: E731
+        return CameraData(cam.id, width, height, template, cam.rolling_shutter.direction, f32(rays),
+                          f32(q0), f32(p0), f32(q1), f32(p1), f32(invert_transform(T_cw0)[:, :3, :3]),
+                          f32(t0 + readout / 2), _image_store(images, dev, self.images_on_device), masks)
+
+    def _lidar(self, lidar, rig: PoseTrajectory) -> LidarData:
+        dev = self.device
+        t0 = torch.as_tensor(self.capture.seconds(lidar.timestamps_us))
+        period = 1.0 / lidar.scan_rate_hz
+        T_rig_lidar = torch.as_tensor(lidar.T_rig_lidar, dtype=torch.float64)
+        T_lw0 = invert_transform(rig.at(t0) @ T_rig_lidar)
+        T_lw1 = invert_transform(rig.at(t0 + period) @ T_rig_lidar)
+        q0, p0 = _quat_trans(T_lw0)
+        q1, p1 = _quat_trans(T_lw1)
+        q1 = _same_hemisphere(q0, q1)
+        model = lidar.sensor_model(dtype=torch.float64, device=dev)
+        template = LidarBatch.from_model(model, torch.eye(4, dtype=torch.float32, device=dev))
+        ranges, intens = [], []
+        for i in range(len(lidar.sweeps)):
+            sweep = lidar.load_sweep(i)
+            r, it = range_image(sweep.points, sweep.intensity, sweep.channel, model, lidar.channels, lidar.columns,
+                                dev)
+            ranges.append(r)
+            intens.append(it)
+        f32 = lambda t: t.to(device=dev, dtype=torch.float32).contiguous()  # noqa: E731
+        return LidarData(lidar.id, template, f32(q0), f32(p0), f32(q1), f32(p1), f32(t0 + period / 2),
+                         f32(torch.stack(ranges)), f32(torch.stack(intens)))
+
+    def _normalise_intensities(self) -> float:
+        """Divide measured intensities by the 99th percentile of the training sweeps' returns
+        (clamped to [0, 1]): captures store 0..1, 0..255 or raw counts. Returns the scale."""
+        values = [lid.intensities[s.sweep][lid.ranges[s.sweep] > 0]
+                  for s in self.sweeps if not s.held_out for lid in [self.lidars[s.lidar]]]
+        values = torch.cat(values) if values else torch.zeros(0)
+        if values.numel() == 0:
+            return 1.0
+        sample = values[:: max(1, values.numel() // 1_000_000)].float()  # quantile's input limit
+        scale = float(torch.quantile(sample, 0.99))
+        scale = scale if scale > 0 else 1.0
+        for lid in self.lidars:
+            lid.intensities = (lid.intensities / scale).clamp(0, 1).contiguous()
+        return scale
+
+    # -- per step ---------------------------------------------------------------------------
+
+    def camera_view(self, ref: FrameRef) -> CameraView:
+        """The view of one frame (tensor views only: no host sync, no copies)."""
+        cam = self.cameras[ref.camera]
+        f = ref.frame
+        batch = dataclasses.replace(cam.template, rot_start=cam.rot_start[f:f + 1], trans_start=cam.trans_start[f:f + 1],
+                                    rot_end=cam.rot_end[f:f + 1], trans_end=cam.trans_end[f:f + 1])
+        return CameraView(batch, ref.camera, cam.mid_times[f], cam.R_world_camera[f], cam.rays)
+
+    def target_image(self, ref: FrameRef) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The frame's image as float in [0, 1] ``[H, W, 3]`` on the device, and its mask ``[H, W]`` or None."""
+        cam = self.cameras[ref.camera]
+        img = cam.images[ref.frame].to(self.device, non_blocking=True).float() / 255.0
+        mask = None if cam.masks is None else cam.masks[ref.frame]
+        return img, mask
+
+    def lidar_batch(self, ref: SweepRef) -> tuple[LidarBatch, torch.Tensor]:
+        """The sweep's ``LidarBatch`` and the time its actors are placed at ([] on the device)."""
+        lid = self.lidars[ref.lidar]
+        s = ref.sweep
+        batch = dataclasses.replace(lid.template, rot_start=lid.rot_start[s:s + 1], trans_start=lid.trans_start[s:s + 1],
+                                    rot_end=lid.rot_end[s:s + 1], trans_end=lid.trans_end[s:s + 1])
+        return batch, lid.mid_times[s]
+
+    def lidar_target(self, ref: SweepRef) -> tuple[torch.Tensor, torch.Tensor]:
+        """Measured ranges and intensities of the sweep, ``[C, W]`` each (0: no return)."""
+        lid = self.lidars[ref.lidar]
+        return lid.ranges[ref.sweep], lid.intensities[ref.sweep]
+
+    def mean_colors(self) -> torch.Tensor:
+        """Per camera, the mean colour of its training frames (the mean-colour baseline). Returns ``[C, 3]``."""
+        out = []
+        for ci, cam in enumerate(self.cameras):
+            idx = [f.frame for f in self.train_frames if f.camera == ci]
+            total = torch.zeros(3, dtype=torch.float64, device=self.device)
+            for i in idx:  # one frame at a time: all of them as floats may not fit
+                total += cam.images[i].to(self.device).double().mean(dim=(0, 1)) / 255.0
+            out.append(total / len(idx) if idx else torch.full((3,), 0.5, dtype=torch.float64, device=self.device))
+        return torch.stack(out).float()

@@ -1,0 +1,164 @@
+"""Densification under a Gaussian budget: MCMC-style relocation and growth.
+
+Why this strategy: the count only ever changes at refinement steps and never beyond the cap,
+so memory is known in advance (a 30 s capture must not run out of GPU memory at step 20k),
+every buffer between refinements keeps its size, and no gradient statistics have to be
+accumulated across steps. Following the idea of "3D Gaussian Splatting as Markov Chain Monte
+Carlo" (Kheradmand et al., 2024):
+
+- *relocation*: Gaussians whose opacity fell below ``dead_opacity`` are moved onto live
+  ones, sampled in proportion to opacity; a source copied into n places shares its opacity
+  and shrinks its scale so that the n + 1 copies render about like the original did;
+- *growth*: every refinement adds ``grow_factor - 1`` of the count (until the cap) the same way;
+- *noise*: near-transparent Gaussians drift (by about their own size), so they explore
+  instead of sitting where they are useless.
+
+Adam's moments of every moved row are reset. Relocation stays within a set: static Gaussians
+onto static ones, actor Gaussians onto actor Gaussians (taking the source's actor), and actor
+Gaussians are kept sorted by actor (the interpolation's backward is faster that way).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from nurec_usd.scene.gaussians import GaussianParams
+from nurec_usd.sensors.se3 import quat_normalize, quat_to_matrix
+
+MAX_COPIES = 51  # a source shares its opacity among at most this many copies
+
+
+def _copy_coefficients(max_copies: int = MAX_COPIES) -> torch.Tensor:  # [max_copies + 1, max_copies]
+    """T[n, k] = sum_{i=k+1}^{n} C(i-1, k) (-1)^k / sqrt(k+1): the opacity polynomial of n copies."""
+    table = torch.zeros(max_copies + 1, max_copies, dtype=torch.float64)
+    for n in range(1, max_copies + 1):
+        for k in range(n):
+            table[n, k] = sum(math.comb(i - 1, k) for i in range(k + 1, n + 1)) * (-1) ** k / math.sqrt(k + 1)
+    return table
+
+
+_COEFFS = _copy_coefficients()
+
+
+def split_opacity_and_scale(opacity: torch.Tensor,  # [M] of the sources, in (0, 1)
+                            copies: torch.Tensor,  # [M] long, n >= 1: how many Gaussians share the source
+                            ) -> tuple[torch.Tensor, torch.Tensor]:  # [M] new opacity, [M] scale factor
+    """Opacity and scale factor of each of ``n`` copies so that together they render like the source
+    (the compositing of n equal, coincident Gaussians matches the source's opacity profile)."""
+    n = copies.clamp(1, MAX_COPIES)
+    o = opacity.double().clamp(1e-6, 1 - 1e-6)
+    o_new = 1 - (1 - o) ** (1.0 / n.double())
+    k = torch.arange(MAX_COPIES, dtype=torch.float64, device=o.device)
+    powers = o_new[:, None] ** (k[None, :] + 1)
+    denom = (_COEFFS.to(o.device)[n] * powers).sum(-1)
+    factor = (o / denom.clamp_min(1e-12)).clamp(0.05, 1.0)  # the series loses precision for large n
+    factor = torch.where(n == 1, torch.ones_like(factor), factor)
+    return o_new.to(opacity.dtype), factor.to(opacity.dtype)
+
+
+def remap_rows(optimizer: torch.optim.Optimizer, old: torch.nn.Parameter, data: torch.Tensor,
+               row_map: torch.Tensor) -> torch.nn.Parameter:
+    """Replace parameter ``old`` by a new one holding ``data``, carrying Adam's state along the rows.
+
+    ``row_map[j]`` is the old row whose moments new row j keeps, or -1 for fresh (zero) moments.
+    """
+    new = torch.nn.Parameter(data.contiguous())
+    state = optimizer.state.pop(old, None)
+    for group in optimizer.param_groups:
+        group["params"] = [new if p is old else p for p in group["params"]]
+    if state:
+        keep = row_map >= 0
+        src = row_map.clamp_min(0)
+        moved = {}
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.shape[:1] == old.shape[:1] and value.dim() > 0:
+                v = value[src]
+                v[~keep] = 0
+                moved[key] = v.contiguous()
+            else:
+                moved[key] = value
+        optimizer.state[new] = moved
+    return new
+
+
+def _apply(params: GaussianParams, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor],
+           row_map: torch.Tensor) -> GaussianParams:
+    return GaussianParams(**{name: remap_rows(optimizer, getattr(params, name), data[name], row_map)
+                             for name in GaussianParams.FIELDS})
+
+
+@torch.no_grad()
+def relocate_and_grow(params: GaussianParams, optimizer: torch.optim.Optimizer, *, dead_opacity: float,
+                      add: int, generator: torch.Generator | None = None,
+                      actor_index: torch.Tensor | None = None,  # [N] int32 for actor sets
+                      ) -> tuple[GaussianParams, torch.Tensor | None, dict[str, int]]:
+    """One refinement of a Gaussian set: relocate the dead, then add ``add`` new Gaussians.
+
+    Synchronises with the device (the number of dead Gaussians sizes the work): call it at
+    refinement steps only. Returns the new parameters (new ``Parameter`` objects, registered
+    in the optimizer), the new actor index (sorted by actor) and counts.
+    """
+    n = len(params)
+    stats = {"relocated": 0, "added": 0}
+    if n == 0:
+        return params, actor_index, stats
+    data = {name: getattr(params, name).detach().clone() for name in GaussianParams.FIELDS}
+    opacity = torch.sigmoid(data["opacity_logits"])
+    finite = torch.ones_like(opacity, dtype=torch.bool)
+    for value in data.values():  # a row with any NaN / inf is dead (and never a source)
+        finite &= torch.isfinite(value).reshape(n, -1).all(-1)
+    dead = (opacity <= dead_opacity) | ~finite
+    alive_weight = torch.where(dead, torch.zeros_like(opacity), opacity)
+    n_dead = int(dead.sum())
+    if alive_weight.sum() <= 0:
+        return params, actor_index, stats
+    row_map = torch.arange(n, device=opacity.device)
+    index = None if actor_index is None else actor_index.clone()
+    dead_rows = torch.nonzero(dead).flatten()
+    sources = torch.multinomial(alive_weight, n_dead + add, replacement=True, generator=generator) \
+        if n_dead + add > 0 else torch.zeros(0, dtype=torch.long, device=opacity.device)
+    if sources.numel():
+        copies = torch.bincount(sources, minlength=n) + 1  # the source itself and its copies
+        touched = torch.nonzero(copies > 1).flatten()
+        o_new, factor = split_opacity_and_scale(opacity[touched], copies[touched])
+        data["opacity_logits"][touched] = torch.logit(o_new.clamp(1e-6, 1 - 1e-6))
+        data["log_scales"][touched] += factor.log()[:, None]
+        row_map[touched] = -1
+        # relocation: dead rows take the (updated) values of their sources
+        reloc_src = sources[:n_dead]
+        for name in GaussianParams.FIELDS:
+            data[name][dead_rows] = data[name][reloc_src]
+        row_map[dead_rows] = -1
+        if index is not None:
+            index[dead_rows] = index[reloc_src]
+        # growth: appended rows copy theirs
+        grow_src = sources[n_dead:]
+        if grow_src.numel():
+            for name in GaussianParams.FIELDS:
+                data[name] = torch.cat((data[name], data[name][grow_src]))
+            row_map = torch.cat((row_map, torch.full((grow_src.numel(),), -1, device=row_map.device)))
+            if index is not None:
+                index = torch.cat((index, index[grow_src]))
+        stats = {"relocated": n_dead, "added": int(grow_src.numel())}
+    if index is not None:  # keep actor Gaussians sorted by actor
+        order = torch.argsort(index, stable=True)
+        index = index[order].contiguous()
+        data = {k: v[order] for k, v in data.items()}
+        row_map = row_map[order]
+    return _apply(params, optimizer, data, row_map), index, stats
+
+
+@torch.no_grad()
+def perturb_transparent(params: GaussianParams, scale: float, dead_opacity: float,
+                        generator: torch.Generator | None = None) -> None:
+    """Move near-transparent Gaussians by noise shaped like themselves (their rotation and scales)."""
+    if len(params) == 0 or scale <= 0:
+        return
+    opacity = torch.sigmoid(params.opacity_logits)
+    gate = torch.sigmoid(-100.0 * (opacity - dead_opacity))  # ~1 when transparent, ~0 when opaque
+    z = torch.randn(params.means.shape, device=params.means.device, generator=generator)
+    local = z * params.log_scales.exp()
+    world = (quat_to_matrix(quat_normalize(params.quats)) @ local[..., None])[..., 0]
+    params.means.add_(world * (scale * gate)[:, None])

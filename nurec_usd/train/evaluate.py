@@ -1,0 +1,147 @@
+"""Evaluation on held-out frames and sweeps: metrics and pictures people can look at."""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+
+from nurec_usd.scene.gaussians import Scene
+from nurec_usd.scene.render import SceneRenderer
+from nurec_usd.train.data import CaptureData
+from nurec_usd.train.metrics import lidar_errors, psnr, ssim
+
+
+def _lpips_status() -> str:
+    try:
+        import lpips  # noqa: F401
+    except ImportError:
+        return "not computed: the lpips package (with its network weights) is not installed"
+    return "not computed: LPIPS needs pretrained network weights that are not shipped with a package here"
+
+
+def _to_uint8(image: torch.Tensor) -> np.ndarray:  # [H, W, 3] float -> uint8
+    return (image.detach().clamp(0, 1) * 255 + 0.5).to(torch.uint8).cpu().numpy()
+
+
+def _range_png(ranges: torch.Tensor, max_range: float) -> np.ndarray:  # [C, W] -> [C, W, 3] uint8
+    """Range image in false colour (near: yellow, far: blue; no return: black), channels top = highest."""
+    r = (ranges / max_range).clamp(0, 1).cpu().numpy()
+    rgb = np.stack((1 - r, 1 - 0.5 * r, 0.2 + 0.8 * r), -1)
+    rgb[ranges.cpu().numpy() <= 0] = 0
+    return (rgb * 255).astype(np.uint8)
+
+
+@torch.no_grad()
+def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_sheet_rows: int = 8,
+             progress: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Held-out metrics (PSNR, SSIM, a mean-colour baseline; lidar range error and hit accuracy).
+
+    With ``out_dir``: writes ``eval/<camera>_<frame>.png`` (render | ground truth) and a
+    ``eval_sheet.png`` of up to ``max_sheet_rows`` of them, and range images of held-out sweeps.
+    """
+    renderer = SceneRenderer(scene)
+    baseline_colours = data.mean_colors()
+    per_frame, rows = [], []
+    if out_dir is not None:
+        (out_dir / "eval").mkdir(parents=True, exist_ok=True)
+    # PNG encoding (zlib releases the GIL) runs in threads while the next views render
+    writer = ThreadPoolExecutor(max_workers=8)
+    pending = []
+
+    def save(array: np.ndarray, path: Path) -> None:
+        pending.append(writer.submit(lambda: Image.fromarray(array).save(path, compress_level=3)))
+
+    try:
+        on_sheet = set(_spread(list(range(len(data.eval_frames))), max_sheet_rows))  # keep only those in memory
+        for i, ref in enumerate(data.eval_frames):
+            view = data.camera_view(ref)
+            target, mask = data.target_image(ref)
+            image = renderer.camera(view).image.clamp(0, 1)
+            if mask is not None:  # masked-out pixels count as perfect, in SSIM as in PSNR
+                image = torch.where(mask[..., None], image, target)
+            baseline = baseline_colours[ref.camera].expand_as(target)
+            cam = data.cameras[ref.camera]
+            row = {"camera": cam.id, "frame": ref.frame, "time_s": round(ref.time_s, 6),
+                   "psnr": float(psnr(image, target, mask)), "ssim": float(ssim(image, target)),
+                   "baseline_psnr": float(psnr(baseline, target, mask))}
+            per_frame.append(row)
+            if out_dir is not None:
+                pair = np.concatenate((_to_uint8(image), _to_uint8(target)), axis=1)
+                save(pair, out_dir / "eval" / f"{cam.id}_{ref.frame:05d}.png")
+                if i in on_sheet:
+                    rows.append((f"{cam.id} #{ref.frame}  {row['psnr']:.1f} dB", pair))
+            if progress:
+                progress()
+        lidar_rows = []
+        for ref in data.eval_sweeps:
+            batch, t = data.lidar_batch(ref)
+            true_range, _ = data.lidar_target(ref)
+            lid = renderer.lidar(batch, t)
+            pred = torch.where(lid.hit_prob > 0.5, lid.range, torch.zeros_like(lid.range))
+            lidar_rows.append({"lidar": data.lidars[ref.lidar].id, "sweep": ref.sweep,
+                               **lidar_errors(lid.range, lid.hit_prob, true_range)})
+            if out_dir is not None:
+                lidar = data.lidars[ref.lidar]
+                order = torch.argsort(lidar.template.elevation, descending=True)  # highest channel on top
+                both = torch.cat((pred[order], true_range[order]), 0)
+                save(_range_png(both, lidar.template.max_range), out_dir / "eval" / f"{lidar.id}_{ref.sweep:05d}_range.png")
+            if progress:
+                progress()
+        if out_dir is not None and rows:
+            contact_sheet(rows, out_dir / "eval_sheet.png")
+        for job in pending:
+            job.result()  # re-raises a failed write
+    finally:
+        writer.shutdown(wait=True)  # no write may outlive the call (the folder may be removed next)
+    return summarise(per_frame, lidar_rows)
+
+
+def _spread(rows: list, count: int) -> list:
+    """``count`` rows spread over the list (all when there are fewer): the sheet shows every camera."""
+    if len(rows) <= count:
+        return rows
+    return [rows[round(i * (len(rows) - 1) / (count - 1))] for i in range(count)]
+
+
+def summarise(per_frame: list[dict[str, Any]], lidar_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Means over the held-out frames and medians over the held-out sweeps."""
+    def mean(key: str, rows: list[dict[str, Any]]) -> float:
+        values = [r[key] for r in rows if not math.isnan(r[key])]
+        return float(np.mean(values)) if values else math.nan
+
+    out: dict[str, Any] = {
+        "held_out_frames": len(per_frame),
+        "psnr": mean("psnr", per_frame), "ssim": mean("ssim", per_frame),
+        "baseline_psnr": mean("baseline_psnr", per_frame),
+        "lpips": None, "lpips_note": _lpips_status(),
+        "frames": per_frame,
+        "held_out_sweeps": len(lidar_rows),
+    }
+    if lidar_rows:
+        errs = [r["median_range_error_m"] for r in lidar_rows if not math.isnan(r["median_range_error_m"])]
+        out.update({"lidar_median_range_error_m": float(np.median(errs)) if errs else math.nan,
+                    "lidar_hit_accuracy": mean("hit_accuracy", lidar_rows), "sweeps": lidar_rows})
+    return out
+
+
+def contact_sheet(rows: list[tuple[str, np.ndarray]], path: Path) -> None:
+    """Stack ``(label, [H, 2W, 3] render | truth)`` rows into one PNG with a header per row."""
+    width = max(img.shape[1] for _, img in rows)
+    head = 16
+    height = sum(img.shape[0] + head for _, img in rows)
+    sheet = Image.new("RGB", (width, height), (24, 24, 24))
+    draw = ImageDraw.Draw(sheet)
+    y = 0
+    for label, img in rows:
+        draw.text((4, y + 2), f"{label}   (left: render, right: held-out image)", fill=(230, 230, 230))
+        sheet.paste(Image.fromarray(img), (0, y + head))
+        y += img.shape[0] + head
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    sheet.save(tmp)
+    tmp.replace(path)

@@ -1,0 +1,50 @@
+"""Training losses: images (L1 + D-SSIM), lidar (range, hit probability, intensity), regularisers."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from nurec_usd.train.metrics import ssim
+
+
+def image_loss(image: torch.Tensor,  # [H, W, 3] rendered
+               target: torch.Tensor,  # [H, W, 3]
+               mask: torch.Tensor | None,  # [H, W] bool or None
+               ssim_weight: float) -> torch.Tensor:  # []
+    """(1 - w) L1 + w (1 - SSIM), the usual 3DGS photometric loss; masked pixels take the target's value."""
+    if mask is not None:
+        m = mask[..., None]
+        image = torch.where(m, image, target)
+    l1 = (image - target).abs().mean()
+    if ssim_weight <= 0:
+        return l1
+    return (1 - ssim_weight) * l1 + ssim_weight * (1 - ssim(image, target))
+
+
+def lidar_loss(pred_range: torch.Tensor,  # [C, W] rendered expected range
+               pred_hit: torch.Tensor,  # [C, W] rendered hit probability
+               pred_intensity: torch.Tensor,  # [C, W] rendered intensity (0..1)
+               true_range: torch.Tensor,  # [C, W] measured, 0 where no return
+               true_intensity: torch.Tensor,  # [C, W] measured, normalised to 0..1
+               range_weight: float, hit_weight: float, intensity_weight: float,
+               ) -> torch.Tensor:  # []
+    """Range L1 (relative to range, so near and far returns weigh alike) on rays with a return;
+    binary cross-entropy of the hit probability against return / no return (rays without a
+    return, such as the sky, push floaters away); intensity L1 on returns."""
+    real = true_range > 0
+    n_real = real.sum().clamp_min(1)
+    rel = (pred_range - true_range).abs() / true_range.clamp_min(1.0)
+    loss_range = torch.where(real, rel, torch.zeros_like(rel)).sum() / n_real
+    hit = pred_hit.clamp(1e-4, 1 - 1e-4)
+    loss_hit = F.binary_cross_entropy(hit, real.to(hit.dtype))
+    loss_int = torch.where(real, (pred_intensity - true_intensity).abs(), torch.zeros_like(rel)).sum() / n_real
+    return range_weight * loss_range + hit_weight * loss_hit + intensity_weight * loss_int
+
+
+def regularisers(opacity_logits: torch.Tensor,  # [N]
+                 log_scales: torch.Tensor,  # [N, 3]
+                 opacity_weight: float, scale_weight: float) -> torch.Tensor:  # []
+    """Mean opacity and mean scale penalties: they keep Gaussians small and let unneeded ones
+    fade, so that relocation can reuse them (as in MCMC densification)."""
+    return opacity_weight * torch.sigmoid(opacity_logits).mean() + scale_weight * log_scales.exp().mean()

@@ -1,0 +1,73 @@
+"""Image and lidar quality measures, shared by the training losses and the evaluation."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def psnr(image: torch.Tensor,  # [..., H, W, 3] in [0, 1]
+         target: torch.Tensor,  # same shape
+         mask: torch.Tensor | None = None,  # [..., H, W] bool, True where pixels count
+         ) -> torch.Tensor:  # []
+    """Peak signal-to-noise ratio in dB (peak 1), over the masked pixels."""
+    err = (image - target).square()
+    if mask is None:
+        mse = err.mean()
+    else:  # weights, not boolean indexing: no host sync on a GPU
+        m = mask[..., None].to(err.dtype)
+        mse = (err * m).sum() / (m.sum() * err.shape[-1]).clamp_min(1)
+    return -10.0 * torch.log10(mse.clamp_min(1e-12))
+
+
+def _gaussian_window(size: int, sigma: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    x = torch.arange(size, dtype=dtype, device=device) - (size - 1) / 2
+    g = torch.exp(-x.square() / (2 * sigma * sigma))
+    return g / g.sum()
+
+
+def ssim(image: torch.Tensor,  # [H, W, 3] or [B, H, W, 3] in [0, 1]
+         target: torch.Tensor,  # same shape
+         window: int = 11, sigma: float = 1.5) -> torch.Tensor:  # []
+    """Structural similarity (Wang et al. 2004): Gaussian window 11 / sigma 1.5, K1 = 0.01, K2 = 0.03,
+    per channel, averaged over the windows that fit inside the image (no padding). Differentiable."""
+    x = image if image.dim() == 4 else image[None]
+    y = target if target.dim() == 4 else target[None]
+    x = x.permute(0, 3, 1, 2)  # [B, 3, H, W]
+    y = y.permute(0, 3, 1, 2)
+    c = x.shape[1]
+    g = _gaussian_window(window, sigma, x.dtype, x.device)
+    gx = g.view(1, 1, 1, -1).expand(c, 1, 1, window)
+    gy = g.view(1, 1, -1, 1).expand(c, 1, window, 1)
+
+    def blur(z: torch.Tensor) -> torch.Tensor:  # separable Gaussian, valid region only
+        return F.conv2d(F.conv2d(z, gx, groups=c), gy, groups=c)
+
+    mu_x, mu_y = blur(x), blur(y)
+    sxx = blur(x * x) - mu_x.square()
+    syy = blur(y * y) - mu_y.square()
+    sxy = blur(x * y) - mu_x * mu_y
+    c1, c2 = 0.01 ** 2, 0.03 ** 2
+    s = ((2 * mu_x * mu_y + c1) * (2 * sxy + c2)) / ((mu_x.square() + mu_y.square() + c1) * (sxx + syy + c2))
+    return s.mean()
+
+
+def lidar_errors(pred_range: torch.Tensor,  # [C, W] rendered expected range (0: no return predicted)
+                 pred_hit: torch.Tensor,  # [C, W] rendered hit probability
+                 true_range: torch.Tensor,  # [C, W] measured range, 0 where there was no return
+                 ) -> dict[str, float]:
+    """Held-out lidar figures: median absolute range error (rays with a measured and a
+    predicted return), hit accuracy (predicted return = hit probability > 0.5), and counts."""
+    real = true_range > 0
+    pred = pred_hit > 0.5
+    both = real & pred
+    err = (pred_range - true_range).abs()[both]
+    return {
+        "median_range_error_m": float(err.quantile(0.5)) if err.numel() else math.nan,
+        "mean_range_error_m": float(err.mean()) if err.numel() else math.nan,
+        "hit_accuracy": float((real == pred).float().mean()),
+        "rays": int(real.numel()),
+        "returns": int(real.sum()),
+    }

@@ -1,0 +1,98 @@
+"""Initialisation steps: voxel means, actor point split, range images, sky lookup, scene files."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from nurec_usd.scene.gaussians import ActorTrack, GaussianParams, Scene
+from nurec_usd.scene.init import split_actor_points, voxel_downsample
+from nurec_usd.scene.render import sky_colors
+from nurec_usd.sensors.lidar import SpinningLidarModel
+from nurec_usd.train.data import held_out, range_image
+
+
+def test_voxel_downsample_averages_each_voxel():
+    pts = torch.tensor([[0.1, 0.1, 0.1], [0.3, 0.3, 0.3], [1.5, 0.2, 0.2], [-0.4, 0.0, 0.0]])
+    feat = torch.tensor([1.0, 3.0, 5.0, 7.0])
+    out, f = voxel_downsample(pts, 1.0, feat)
+    rows = {tuple(np.round(p.tolist(), 4)): float(v) for p, v in zip(out, f)}
+    assert rows == {(0.2, 0.2, 0.2): 2.0, (1.5, 0.2, 0.2): 5.0, (-0.4, 0.0, 0.0): 7.0}
+
+
+def _moving_track() -> ActorTrack:
+    # a 4 x 2 x 1.5 m box driving along +x at 10 m/s from t = 0 to 1, yawed 90 degrees at the end
+    times = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    T = torch.eye(4, dtype=torch.float64).repeat(2, 1, 1)
+    T[1, :3, 3] = torch.tensor([10.0, 0.0, 0.0])
+    T[1, :3, :3] = torch.tensor([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
+    return ActorTrack("car", "car", [4.0, 2.0, 1.5], times, T)
+
+
+def test_points_inside_a_moving_box_go_to_the_actor_in_its_frame():
+    track = _moving_track()
+    pts = torch.tensor([[1.5, 0.5, 0.0],  # t=0: inside (box at the origin)
+                        [11.5, 0.5, 0.0],  # t=1: box at x=10, yawed: local x = 0.5, y = -1.5 -> outside (width 2)
+                        [10.5, 1.5, 0.0],  # t=1: local (1.5, -0.5, 0) -> inside
+                        [5.0, 0.0, 0.0],  # t=0.5: box at x=5 -> inside at the centre
+                        [5.0, 0.0, 0.0]], dtype=torch.float64)  # t=2: outside the track's time range
+    times = torch.tensor([0.0, 1.0, 1.0, 0.5, 2.0], dtype=torch.float64)
+    static, per_actor = split_actor_points(pts, times, [track], margin=0.0)
+    assert static.tolist() == [False, True, False, False, True]
+    local = per_actor[0]
+    torch.testing.assert_close(local[0], torch.tensor([1.5, 0.5, 0.0], dtype=torch.float64))
+    torch.testing.assert_close(local[1], torch.tensor([1.5, -0.5, 0.0], dtype=torch.float64), atol=1e-9, rtol=0)
+    torch.testing.assert_close(local[2], torch.zeros(3, dtype=torch.float64), atol=1e-9, rtol=0)
+
+
+def test_range_image_keeps_the_nearest_return_of_each_ray():
+    model = SpinningLidarModel([-10.0, 0.0, 10.0], columns=8, rotation="counterclockwise", scan_rate_hz=10.0,
+                               min_range_m=0.5, max_range_m=100.0, dtype=torch.float64)
+    dirs = model.ray_directions()  # [C, W, 3]
+    pts = np.stack([dirs[1, 2] * 5.0, dirs[1, 2] * 7.0, dirs[0, 5] * 12.0]).astype(np.float32)
+    rng, inten = range_image(pts, np.array([0.3, 0.9, 0.5], np.float32), np.array([1, 1, 0]), model, 3, 8)
+    assert rng.shape == (3, 8)
+    assert float(rng[1, 2]) == pytest.approx(5.0, abs=1e-4)
+    assert float(inten[1, 2]) == pytest.approx(0.3)
+    assert float(rng[0, 5]) == pytest.approx(12.0, abs=1e-4)
+    assert int((rng > 0).sum()) == 2
+
+
+def test_held_out_is_every_eighth_index():
+    assert [i for i in range(20) if held_out(i, 8)] == [4, 12]
+    assert not any(held_out(i, 0) for i in range(20))
+
+
+def test_sky_lookup_wraps_in_azimuth_and_orders_elevation():
+    sky = torch.full((3, 4, 16), -5.0)
+    sky[0, 0, :] = 5.0  # top row red: looking up
+    sky[1, :, 0] = 5.0  # first column green: azimuth -180 ...
+    sky[1, :, -1] = 5.0  # ... and the last: +180
+    up = sky_colors(sky, torch.tensor([[0.0, 0.0, 1.0]]))
+    assert float(up[0, 0]) > 0.9
+    behind = sky_colors(sky, torch.tensor([[-1.0, 1e-6, 0.0], [-1.0, -1e-6, 0.0]]))
+    assert bool((behind[:, 1] > 0.9).all())  # both sides of the seam are green
+    ahead = sky_colors(sky, torch.tensor([[1.0, 0.0, 0.0]]))
+    assert float(ahead[0, 1]) < 0.1
+
+
+def test_scene_file_round_trip(tmp_path):
+    g = GaussianParams.create(torch.rand(5, 3), torch.rand(5, 3) + 0.1, torch.rand(5, 3))
+    a = GaussianParams.create(torch.rand(2, 3), torch.rand(2, 3) + 0.1, torch.rand(2, 3))
+    scene = Scene(g, a, torch.tensor([0, 0], dtype=torch.int32), [_moving_track()], torch.zeros(3, 4, 16),
+                  ["front"], torch.zeros(1, 6), sh_degree=2, world_offset_m=[1.0, 2.0, 3.0],
+                  metadata={"intensity_scale": 1.0})
+    scene.save(tmp_path / "scene.pt")
+    back = Scene.load(tmp_path / "scene.pt")
+    for name in GaussianParams.FIELDS:
+        assert torch.equal(getattr(back.static, name), getattr(g, name))
+        assert torch.equal(getattr(back.actors, name), getattr(a, name))
+    assert back.sh_degree == 2 and back.camera_ids == ["front"] and back.world_offset_m == [1.0, 2.0, 3.0]
+    assert torch.equal(back.tracks[0].T_world_box, scene.tracks[0].T_world_box)
+    (tmp_path / "bad.pt").write_bytes(b"not a scene")
+    with pytest.raises(ValueError, match="bad.pt"):
+        Scene.load(tmp_path / "bad.pt")
+    assert not math.isnan(float(back.static.means.sum()))

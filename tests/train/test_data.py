@@ -1,0 +1,47 @@
+"""Training data preparation: downscaled intrinsics, frames laid out per camera, targets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import REPO
+from nurec_usd.capture import load_capture
+from nurec_usd.sensors.cameras import camera_model
+from nurec_usd.train.data import downscaled_intrinsics
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_downscaled_cameras_project_to_the_shrunk_pixel_grid(k):
+    capture = load_capture(REPO / "samples" / "tiny")
+    pts = torch.tensor([[0.3, -0.2, 4.0], [-1.0, 0.5, 9.0], [0.05, 0.1, 2.0]], dtype=torch.float64)
+    for cam in capture.cameras.values():  # one camera of each model
+        full = camera_model(cam.model, cam.width, cam.height, cam.intrinsics, dtype=torch.float64)
+        small = camera_model(cam.model, cam.width // k, cam.height // k,
+                             downscaled_intrinsics(cam.model, cam.intrinsics, k), dtype=torch.float64)
+        uv_full, _ = full.project(pts)
+        uv_small, _ = small.project(pts)
+        # pixel j of the shrunk image averages pixels jk .. jk+k-1: its centre is at jk + (k-1)/2
+        torch.testing.assert_close(uv_small, (uv_full - (k - 1) / 2) / k, atol=1e-9, rtol=0, msg=cam.model)
+
+
+def test_capture_data_layout_and_targets():
+    from nurec_usd.train.data import CaptureData
+
+    capture = load_capture(REPO / "samples" / "tiny")
+    data = CaptureData(capture, "cpu", eval_every=8, downscale=2)
+    assert len(data.frames) == 40 and len(data.eval_frames) == 4  # frame 4 of each camera
+    assert all(f.frame == 4 for f in data.eval_frames)
+    assert [s.sweep for s in data.eval_sweeps] == [4]
+    cam = data.cameras[0]
+    assert cam.images.shape == (10, 90, 160, 3) and cam.images.dtype == torch.uint8
+    view = data.camera_view(data.train_frames[0])
+    assert view.batch.width == 160 and view.rays_camera.shape == (90, 160, 3)
+    target, mask = data.target_image(data.train_frames[0])
+    assert target.dtype == torch.float32 and float(target.max()) <= 1.0 and mask is None
+    rng, inten = data.lidar_target(data.train_sweeps[0])
+    sweep = capture.lidars["top"].load_sweep(data.train_sweeps[0].sweep)
+    # every ray with a return holds one of the sweep's points (duplicates in a ray keep the nearest)
+    assert 0.9 * len(sweep) <= int((rng > 0).sum()) <= len(sweep)
+    # intensities are normalised by the training returns' 99th percentile
+    assert data.intensity_scale > 0 and float(inten.max()) <= 1.0 and float(inten[rng > 0].mean()) > 0

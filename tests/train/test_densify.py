@@ -1,0 +1,100 @@
+"""MCMC-style relocation and growth: opacity sharing, row bookkeeping, Adam state, actor order."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nurec_usd.scene.gaussians import GaussianParams
+from nurec_usd.train.adam import FusedAdam
+from nurec_usd.train.densify import perturb_transparent, relocate_and_grow, split_opacity_and_scale
+
+
+def test_opacity_shared_by_copies_composites_to_the_original():
+    o = torch.tensor([0.05, 0.3, 0.7, 0.95, 0.5])
+    n = torch.tensor([1, 2, 3, 5, 40])
+    o_new, factor = split_opacity_and_scale(o, n)
+    # n coincident copies of opacity o_new let through (1 - o_new)^n of the light: as the original did
+    torch.testing.assert_close(1 - (1 - o_new) ** n.float(), o, rtol=1e-5, atol=1e-6)
+    assert factor[0] == 1.0 and o_new[0] == o[0]  # one copy: unchanged
+    assert bool(((factor > 0) & (factor <= 1)).all())
+    assert bool((factor[1:4] < 1).all())  # more copies: each smaller
+
+
+def test_scale_factor_matches_the_brute_force_series():
+    # n = 2: denominator = o' + (o' - o'^2 / sqrt 2); factor = o / denominator
+    o = torch.tensor([0.6], dtype=torch.float64)
+    o_new, factor = split_opacity_and_scale(o, torch.tensor([2]))
+    expected = 0.6 / (2 * o_new - o_new ** 2 / 2 ** 0.5)
+    torch.testing.assert_close(factor, expected)
+
+
+def _params(opacities: list[float]) -> GaussianParams:
+    n = len(opacities)
+    g = GaussianParams.create(torch.arange(n, dtype=torch.float32)[:, None].repeat(1, 3),
+                              torch.full((n, 3), 0.1), torch.rand(n, 3, generator=torch.Generator().manual_seed(0)))
+    g.opacity_logits = torch.logit(torch.tensor(opacities))
+    return g.map(lambda t: torch.nn.Parameter(t.contiguous()))
+
+
+def _optimizer(g: GaussianParams) -> FusedAdam:
+    # lr 0: the step fills the moments but leaves the values, so rows stay recognisable
+    opt = FusedAdam([{"params": [p], "lr": 0.0} for p in g.tensors().values()])
+    for p in g.tensors().values():
+        p.grad = torch.ones_like(p)
+    opt.step()
+    return opt
+
+
+def test_relocation_moves_dead_onto_live_and_resets_their_moments():
+    g = _params([0.9, 0.001, 0.5, 0.002, 0.8])
+    opt = _optimizer(g)
+    gen = torch.Generator().manual_seed(1)
+    new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=0, generator=gen)
+    assert stats == {"relocated": 2, "added": 0}
+    assert len(new) == 5
+    op = torch.sigmoid(new.opacity_logits.detach())
+    assert bool((op > 0.005).all())
+    # each relocated row is a copy of a live source: same position as one of rows 0, 2, 4
+    for row in (1, 3):
+        assert float(new.means.detach()[row, 0]) in (0.0, 2.0, 4.0)
+    # the optimizer now holds the new tensors, with moments zeroed on every touched row
+    ids = {id(p) for group in opt.param_groups for p in group["params"]}
+    assert all(id(p) in ids for p in new.tensors().values())
+    m = opt.state[new.means]["exp_avg"]
+    assert bool((m[1] == 0).all()) and bool((m[3] == 0).all())
+    untouched = [r for r in (0, 2, 4) if float(new.opacity_logits.detach()[r]) == float(g.opacity_logits.detach()[r])]
+    for r in untouched:
+        assert bool((m[r] != 0).all())
+
+
+def test_growth_adds_rows_up_to_the_request_and_keeps_actor_order():
+    g = _params([0.9, 0.001, 0.5, 0.7])
+    index = torch.tensor([1, 0, 1, 0], dtype=torch.int32)
+    opt = _optimizer(g)
+    new, new_index, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=3,
+                                              generator=torch.Generator().manual_seed(2), actor_index=index)
+    assert len(new) == 7 and stats["added"] == 3 and stats["relocated"] == 1
+    assert new_index.tolist() == sorted(new_index.tolist())
+    assert opt.state[new.means]["exp_avg"].shape == (7, 3)
+    # each Gaussian keeps its actor: a row's x position identifies its original row
+    original_actor = {0.0: 1, 2.0: 1, 3.0: 0}
+    for row in range(7):
+        assert original_actor[float(new.means.detach()[row, 0])] == int(new_index[row])
+
+
+def test_noise_moves_only_transparent_gaussians():
+    g = _params([0.9, 0.0001])
+    before = g.means.detach().clone()
+    perturb_transparent(g, scale=1.0, dead_opacity=0.005, generator=torch.Generator().manual_seed(0))
+    moved = (g.means.detach() - before).norm(dim=-1)
+    assert float(moved[0]) < 1e-6 < float(moved[1])
+    assert float(moved[1]) < 1.0  # about its own scale (0.1)
+
+
+@pytest.mark.parametrize("n", [0])
+def test_empty_sets_are_left_alone(n):
+    g = GaussianParams.empty().map(lambda t: torch.nn.Parameter(t))
+    opt = FusedAdam([{"params": [p]} for p in g.tensors().values()])
+    new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=5)
+    assert len(new) == n and stats["added"] == 0
