@@ -367,7 +367,8 @@ class IntersectionCapacity:
         else:
             self._pending.append((count.clone(), None))
 
-    def _grow_to(self, wanted: int) -> None:
+    def grow_to(self, wanted: int) -> None:
+        """Make room for ``wanted`` intersections (with headroom) if there is not enough."""
         if wanted > self.capacity:
             self.capacity = int(wanted * self.headroom)
 
@@ -376,7 +377,7 @@ class IntersectionCapacity:
         still = []
         for host, event in self._pending:
             if event is None or event.query():
-                self._grow_to(int(host[0]))
+                self.grow_to(int(host[0]))
             else:
                 still.append((host, event))
         self._pending = still
@@ -384,4 +385,4 @@ class IntersectionCapacity:
 
     def sync_grow(self, render: CameraRender) -> None:
         """After an overflow: wait for this render's count (one sync) and grow to fit it."""
-        self._grow_to(int(render.intersections.item()))
+        self.grow_to(int(render.intersections.item()))

@@ -209,7 +209,7 @@ class Trainer:
                     before = scene.num_gaussians
                     stats = self._refine(step)
                     self.renderer = SceneRenderer(scene)
-                    self._scale_capacities(scene.num_gaussians / max(1, before))
+                    self._grow_capacities(scene.num_gaussians / max(1, before))
                     history.append({"step": done, "event": "refine", **stats, "gaussians": scene.num_gaussians})
                 at_log = done % cfg.log_interval == 0 or done == cfg.steps
                 over_budget = budget_s is not None and time.monotonic() - start >= budget_s
@@ -256,11 +256,14 @@ class Trainer:
             torch.cuda.synchronize(self.device)
         return TrainResult(done, status, message, time.monotonic() - start, history, overflows)
 
-    def _scale_capacities(self, factor: float) -> None:
-        """The count changed at a refinement: scale the intersection buffers with it (with headroom)."""
-        if factor > 1:
-            for cap in (self.cam_capacity, self.lidar_capacity):
-                cap.capacity = int(cap.capacity * factor * cap.headroom)
+    def _grow_capacities(self, factor: float) -> None:
+        """The count grew at a refinement (a sync point already): make room for the latest renders'
+        intersection counts scaled by the growth, so that the next steps do not overflow."""
+        if self.exact:
+            return
+        for cap, render in ((self.cam_capacity, self._last_camera), (self.lidar_capacity, self._last_lidar)):
+            if render is not None and factor > 1:
+                cap.grow_to(int(int(render.intersections.item()) * factor))
 
     def _restore(self, checkpoint: Scene) -> None:
         """Put the checkpoint's values back (as fresh parameters; the optimizer is not used again)."""
