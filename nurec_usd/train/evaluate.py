@@ -30,8 +30,9 @@ def _to_uint8(image: torch.Tensor) -> np.ndarray:  # [H, W, 3] float -> uint8
 
 
 def _range_png(ranges: torch.Tensor, max_range: float) -> np.ndarray:  # [C, W] -> [C, W, 3] uint8
-    """Range image in false colour (near: yellow, far: blue; no return: black), channels top = highest."""
-    r = (ranges / max_range).clamp(0, 1).cpu().numpy()
+    """Range image in false colour on a log scale from 1 m to the maximum range (near: yellow,
+    far: blue; no return: black), channels top = highest."""
+    r = (ranges.clamp_min(1.0).log() / math.log(max(max_range, 2.0))).clamp(0, 1).cpu().numpy()
     rgb = np.stack((1 - r, 1 - 0.5 * r, 0.2 + 0.8 * r), -1)
     rgb[ranges.cpu().numpy() <= 0] = 0
     return (rgb * 255).astype(np.uint8)
