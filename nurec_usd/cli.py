@@ -115,7 +115,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from nurec_usd.capture import CaptureError
 
     options = {"steps": args.steps, "max_gaussians": args.max_gaussians, "seed": args.seed,
-               "voxel_m": args.voxel, "refine_tracks": args.refine_tracks or None, "downscale": args.downscale}
+               "voxel_m": args.voxel, "refine_tracks": args.refine_tracks or None, "downscale": args.downscale, "eval_every": args.eval_every}
     try:
         result = build(args.capture, args.out, preset=args.preset, budget_s=args.budget_s, device=args.device,
                        format=args.format, overwrite=args.overwrite, progress=not args.no_progress, **options)
@@ -217,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--downscale", type=int, default=None, metavar="K",
                    help="train and evaluate on images shrunk K times (default: 1, full resolution)")
     p.add_argument("--refine-tracks", action="store_true", help="also optimise the actors' track poses")
+    p.add_argument("--eval-every", type=int, default=None, metavar="N",
+                   help="hold out the frames and sweeps whose index is N/2 mod N (default: 8; 0: none)")
     p.add_argument("--seed", type=int, default=None, help="random seed (default: 0)")
     p.add_argument("--device", default="auto", help="auto (default: a CUDA GPU when torch sees one), cpu, cuda:N")
     p.add_argument("--format", default=None, help="capture format, instead of detecting it")

@@ -49,8 +49,8 @@ class BuildResult:
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
 
-# Files of an imported capture's own format that carry poses, calibration and tracks.
-_DESCRIPTION_SUFFIXES = {".json", ".txt", ".bin", ".yaml", ".yml"}
+# Files of an imported capture's own format that carry poses, calibration, tracks and SfM points.
+_DESCRIPTION_SUFFIXES = {".json", ".txt", ".bin", ".yaml", ".yml", ".ply"}
 
 
 def _input_files(capture) -> list[Path]:
@@ -208,6 +208,10 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         if not data.train_frames:
             raise BuildError(f"{capture}: no usable camera frames to train on ({len(data.frames)} frames in all, "
                              f"{len(data.eval_frames)} held out)")
+        if not data.eval_frames:
+            say(f"note: no held-out frames (frame index {config.train.eval_every // 2} mod "
+                f"{config.train.eval_every} does not occur): held-out metrics will be empty; "
+                f"a smaller --eval-every holds some out")
         stages["load"] = time.monotonic() - t0
         say(f"loaded {cap.name}: {len(data.train_frames)} training / {len(data.eval_frames)} held-out frames, "
             f"{len(data.train_sweeps)} / {len(data.eval_sweeps)} sweeps, {len(cap.tracks)} tracks "

@@ -319,8 +319,11 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
     elif sfm is not None:
         static_pts = torch.as_tensor(np.asarray(sfm["xyz"]), dtype=torch.float64, device=device)
         static_rgb = torch.as_tensor(np.asarray(sfm["rgb"]), dtype=torch.float32, device=device) / 255.0
-        (static_pts, static_rgb), voxel = _downsample_to(static_pts, config.voxel_m * 0.1, config.max_points,
-                                                        static_rgb)
+        # SfM units are arbitrary: merge only points closer than a thousandth of the cloud's extent
+        lo, hi = torch.quantile(static_pts[:: max(1, static_pts.shape[0] // 100_000)], torch.tensor(
+            [0.01, 0.99], dtype=torch.float64, device=device), dim=0)
+        extent = float((hi - lo).max()) or 1.0
+        (static_pts, static_rgb), voxel = _downsample_to(static_pts, extent / 1000, config.max_points, static_rgb)
         static_int = torch.full((static_pts.shape[0],), 0.2, dtype=torch.float64, device=device)
         say(f"no lidar: {static_pts.shape[0]:,} SfM points")
     else:
@@ -352,8 +355,15 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
         actors = GaussianParams.empty(device)
         actor_index = torch.zeros(0, dtype=torch.int32, device=device)
     cam_ids = list(capture.cameras)
+    # Position learning rates are in metres for lidar captures; camera-only captures have
+    # arbitrary units: scale by the spread of the rig's path (10 m of driving = 1).
+    position_scale = 1.0
+    if not train_sweeps:
+        centres = torch.as_tensor(capture.rig.T_world_rig[:, :3, 3])
+        position_scale = max(float((centres - centres.mean(0)).norm(dim=-1).max()) / 10.0, 1e-3)
     return Scene(static=static, actors=actors, actor_index=actor_index, tracks=tracks,
                  sky=sky_init(capture, colour_frames, config.sky_rows).to(device), camera_ids=cam_ids,
                  exposure=torch.zeros(len(cam_ids), 6, device=device), sh_degree=0,
                  world_offset_m=[float(x) for x in capture.world_offset_m],
-                 metadata={"intensity_scale": intensity_scale or 1.0, "init_voxel_m": voxel})
+                 metadata={"intensity_scale": intensity_scale or 1.0, "init_voxel_m": voxel,
+                           "position_scale": position_scale})

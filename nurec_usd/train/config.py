@@ -29,7 +29,8 @@ class TrainConfig:
     opacity_reg: float = 0.01
     scale_reg: float = 0.01
     # learning rates
-    lr_means: float = 1.6e-3  # metres (Adam steps are about lr long); decays 100x over the run
+    lr_means: float = 1.6e-3  # metres (Adam steps are about lr long; camera-only captures scale it by
+    # their rig path's spread / 10); decays 100x over the run
     lr_quats: float = 1e-3
     lr_scales: float = 5e-3
     lr_opacity: float = 5e-2

@@ -85,6 +85,7 @@ class Trainer:
         self._frame_order: list[int] = []
         self._sweep_order: list[int] = []
         self.max_gaussians = config.max_gaussians
+        self.position_scale = float(scene.metadata.get("position_scale", 1.0))  # see initialize_scene
 
     # -- sampling (host only) --------------------------------------------------------------
 
@@ -113,7 +114,7 @@ class Trainer:
         loss = image_loss(out.image, target, mask, cfg.ssim_weight)
         overflow = out.raw.overflow.int()
         self.cam_capacity.observe(out.raw)
-        self._last_camera, self._last_lidar = out.raw, None
+        self._last_camera = out.raw
         if cfg.lidar_every and data.train_sweeps and step % cfg.lidar_every == 0:
             sref = data.train_sweeps[self._next(self._sweep_order, len(data.train_sweeps))]
             batch, t = data.lidar_batch(sref)
@@ -149,7 +150,7 @@ class Trainer:
         factor = self._lr_factor(step)
         for group in self.optimizer.param_groups:
             if group["name"].endswith(".means"):
-                group["lr"] = cfg.lr_means * factor
+                group["lr"] = cfg.lr_means * self.position_scale * factor
         self.scene.sh_degree = min(cfg.sh_degree, step // max(1, cfg.sh_interval))
 
     def _refine(self, step: int) -> dict[str, int]:

@@ -50,7 +50,7 @@ def detect_format(path: str | Path) -> str:
     """The format of the capture at ``path``; ``CaptureError`` when no reader recognises it."""
     path = Path(path)
     if not path.exists():
-        raise CaptureError([Problem(str(path), "", "no such file or directory")])
+        raise CaptureError([Problem(str(path), "", "no such capture directory (or file)")])
     if _is_native(path):
         return "native"
     for name in IMPORTERS:
