@@ -100,6 +100,8 @@ def format_summary(capture: Capture) -> str:
         f"time      {s['duration_s']:.2f} s, from {s['start_us']} to {s['end_us']} us",
         f"rig       {s['rig_poses']} poses{rate}, ego path {s['ego_path_m']:.1f} m",
     ]
+    if capture.metadata.get("poses_estimated"):
+        lines.append("poses     estimated from lidar (ICP), not measured")
     if np.any(capture.world_offset_m != 0):
         x, y, z = capture.world_offset_m
         lines.append(f"world     re-centred on the first rig pose (offset {x:.3f}, {y:.3f}, {z:.3f} m)")
