@@ -228,6 +228,9 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
                                      intensity_scale=data.intensity_scale)
         except ValueError as err:
             raise BuildError(f"{capture}: initialisation failed: {err}") from err
+        from nurec_usd.scene.rig import describe_rig
+
+        scene.metadata["rig"] = describe_rig(cap)  # export and replay read the sensors from the scene
         num_gaussians = scene.num_gaussians
         stages["init"] = time.monotonic() - t0
         say(f"initial scene: {len(scene.static):,} static + {len(scene.actors):,} actor Gaussians "

@@ -95,6 +95,9 @@ def test_actors_are_their_own_gaussians_and_move_with_their_tracks(tiny_run):
 
     scene = Scene.load(tiny_run / "scene.pt")
     assert len(scene.actors) > 0 and sorted(set(scene.actor_index.tolist())) == [0, 1]
+    rig = scene.metadata["rig"]  # the sensors travel with the scene, for export and replay
+    assert [c["id"] for c in rig["cameras"]] == ["front", "front_left", "rear_fisheye", "right_ftheta"]
+    assert rig["lidars"][0]["id"] == "top" and len(rig["trajectory"]["timestamps_us"]) == 21
     renderer = SceneRenderer(scene)
     # world positions of each actor's Gaussians follow the track between two times
     t1, t2 = 0.35, 0.55  # both tracks cover this span
