@@ -138,7 +138,25 @@ def _cmd_build(args: argparse.Namespace) -> int:
               f"hit accuracy {m['lidar_hit_accuracy']:.3f} over {m['held_out_sweeps']} sweeps")
     print(f"gaussians    {m['gaussians']:,} ({m['static_gaussians']:,} static, {m['actor_gaussians']:,} actor)")
     print("seconds      " + ", ".join(f"{k} {v:.1f}" for k, v in result.stage_seconds.items()))
+    usd = result.out_dir / "usd" / "root.usda"
+    print(f"usd          {usd if usd.is_file() else 'not written (usd-core is not installed here)'}")
     return 0 if result.status != "diverged" else 1
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from nurec_usd.pipeline import BuildError, export_run
+
+    try:
+        written = export_run(args.run, args.out, ply=args.ply, overwrite=args.overwrite)
+    except FileExistsError as err:
+        print(f"export: {err}; pass --overwrite to replace it", file=sys.stderr)
+        return 2
+    except (BuildError, ValueError, FileNotFoundError) as err:
+        print(f"export: {err}", file=sys.stderr)
+        return 1
+    for name, path in written.items():
+        print(f"{name:<12} {path}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -225,6 +243,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_build)
+
+    p = sub.add_parser("export", help="write a finished run's scene as OpenUSD layers (and a 3DGS .ply)",
+                       description="Read RUN/scene.pt (written by build) and write the USD layers of the time-varying "
+                                   "scene and its sensor rig into OUT (root.usda, rig.usdc, actors.usdc, "
+                                   "background.usdc, actors/<track>.usdc), all or nothing. --ply also writes the "
+                                   "static Gaussians as OUT/scene.ply in the common 3DGS layout.")
+    p.add_argument("run", type=Path, help="run directory written by build (or its scene.pt)")
+    p.add_argument("-o", "--out", required=True, type=Path, help="folder to write the USD layers into")
+    p.add_argument("--ply", action="store_true", help="also write OUT/scene.ply (static Gaussians, 3DGS layout)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    p.set_defaults(func=_cmd_export)
     return parser
 
 

@@ -14,6 +14,7 @@ Run directory::
     OUT/train_log.jsonl   loss, PSNR and Gaussian count every few steps; refinement events
     OUT/eval_sheet.png    held-out renders next to the held-out images
     OUT/eval/             every held-out render | image pair, and held-out lidar range images
+    OUT/usd/              the scene as OpenUSD layers (root.usda, ...; when usd-core is installed)
 """
 
 from __future__ import annotations
@@ -119,6 +120,38 @@ def _git_commit() -> dict[str, Any] | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": commit, "dirty": dirty}
+
+
+def _have_usd() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pxr") is not None
+
+
+def export_run(run: str | Path, out: str | Path, *, ply: bool = False, overwrite: bool = False) -> dict[str, Path]:
+    """Export a finished run (its ``scene.pt``) as USD layers into ``out``, and optionally ``out/scene.ply``.
+
+    Returns what was written, by name.
+    """
+    from nurec_usd.scene.gaussians import Scene
+
+    run = Path(run)
+    scene_file = run / "scene.pt" if run.is_dir() else run
+    if not scene_file.is_file():
+        raise FileNotFoundError(f"{scene_file}: no such scene file (a run directory written by build holds one)")
+    if not _have_usd():
+        raise BuildError("usd-core is not installed: pip install usd-core")
+    scene = Scene.load(scene_file)
+    if "rig" not in scene.metadata:
+        raise BuildError(f"{scene_file}: metadata.rig: the scene has no sensor rig (written by an older version?)")
+    from nurec_usd.export.usd_layers import export_usd
+
+    written = {"usd": export_usd(scene, out, overwrite=overwrite) / "root.usda"}
+    if ply:
+        from nurec_usd.export.ply import write_gaussian_ply
+
+        written["ply"] = write_gaussian_ply(scene.static, scene.sh_degree, Path(out) / "scene.ply")
+    return written
 
 
 def resolve_device(device: str) -> "torch.device":  # noqa: F821
@@ -251,6 +284,13 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         stage = "export"  # the scene is written first: whatever happens in eval, training is not lost
         t0 = time.monotonic()
         scene.save(staged.path / "scene.pt")
+        if _have_usd():
+            from nurec_usd.export.usd_layers import export_usd
+
+            export_usd(scene, staged.path / "usd")
+        else:
+            say("usd-core is not installed here: the USD layers were not written "
+                "(python -m nurec_usd export RUN -o DIR writes them from scene.pt later)")
         stages["export"] = time.monotonic() - t0
 
         stage = "eval"

@@ -31,8 +31,10 @@ def tiny_run(tmp_path_factory) -> Path:
 
 
 def test_run_directory_holds_everything(tiny_run):
-    for name in ("scene.pt", "config.json", "manifest.json", "metrics.json", "train_log.jsonl", "eval_sheet.png"):
+    for name in ("scene.pt", "config.json", "manifest.json", "metrics.json", "train_log.jsonl", "eval_sheet.png",
+                 "usd/root.usda", "usd/rig.usdc", "usd/actors.usdc", "usd/background.usdc"):
         assert (tiny_run / name).is_file(), name
+    assert len(list((tiny_run / "usd" / "actors").glob("*.usdc"))) == 2
     assert len(list((tiny_run / "eval").glob("*.png"))) == 4 + 1  # 4 held-out frames, 1 held-out sweep
     assert not list(tiny_run.parent.glob(".*partial*")), "the staging folder was left behind"
     manifest = json.loads((tiny_run / "manifest.json").read_text())
@@ -196,3 +198,21 @@ def test_track_refinement_learns_pose_corrections(handmade_capture, tmp_path):
     scene.pose_corrections = None
     without = SceneRenderer(scene).place(t).means[len(scene.static):]
     assert float((with_corr - without).abs().max()) > 0
+
+
+def test_export_command_writes_usd_and_ply_from_a_run(tiny_run, tmp_path, capsys):
+    from nurec_usd.cli import main
+    from nurec_usd.export.ply import read_gaussian_ply
+    from nurec_usd.scene.gaussians import Scene
+
+    out = tmp_path / "usd"
+    assert main(["export", str(tiny_run), "-o", str(out), "--ply"]) == 0
+    assert (out / "root.usda").is_file() and (out / "scene.ply").is_file()
+    params, degree = read_gaussian_ply(out / "scene.ply")
+    scene = Scene.load(tiny_run / "scene.pt")
+    assert degree == scene.sh_degree and len(params) == len(scene.static)
+    assert torch.equal(params.means, scene.static.means)
+    assert main(["export", str(tiny_run), "-o", str(out)]) == 2  # exists: refused, kept
+    assert (out / "scene.ply").is_file()
+    assert main(["export", str(tmp_path / "nothing"), "-o", str(tmp_path / "x")]) == 1
+    assert "no such scene file" in capsys.readouterr().err
