@@ -57,10 +57,8 @@ loaded; other present scenes are reported too, since one capture is one continuo
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -72,19 +70,20 @@ import numpy as np
 
 from nurec_usd.capture.errors import CaptureError, Problem
 from nurec_usd.capture.images import image_size
+from nurec_usd.capture.importers import sweep_cache
+from nurec_usd.capture.importers.problems import FieldError, Problems, relative
+from nurec_usd.capture.importers.sweep_cache import cache_root  # also this module's (in __all__)
 from nurec_usd.capture.model import (
     Camera,
     CameraFrame,
     Capture,
     Lidar,
-    LidarSweepFile,
     RigTrajectory,
     RollingShutter,
     Track,
 )
 from nurec_usd.capture.paths import resolve_inside
-from nurec_usd.capture.staging import StagedDirectory
-from nurec_usd.capture.sweep_io import SweepFormatError, read_nrl_header, write_nrl
+from nurec_usd.capture.sweep_io import write_nrl
 
 __all__ = ["DGPWarning", "detect", "load", "estimate_channel_table", "cache_root"]
 
@@ -109,7 +108,6 @@ RING_HALF_WIDTH_DEG = 0.1  # a point belongs to a ring within this of its elevat
 RING_MIN_COVERAGE = 0.8  # share of points that must sit on rings to call the cloud ring-like
 RING_MIN_RANGE_M = 5.0  # near points smear rings (beam origins are offset from the sensor origin)
 QUANTILE_CHANNELS = 64
-TABLE_SAMPLE_SWEEPS = 16  # sweeps read to estimate a channel table (evenly spaced)
 DEFAULT_SCAN_RATE_HZ = 10.0
 MAX_SWEEP_SPACING_S = 0.2
 POSE_AGREEMENT_M = 0.01  # rig poses from two datums at one timestamp should agree this well
@@ -149,34 +147,6 @@ def detect(path: Path) -> bool:
 # Small readers: every failure becomes a Problem naming the file and the field
 
 
-class _FieldError(Exception):
-    """A field of a json file that cannot be used (caught and turned into a Problem)."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-
-class _Problems:
-    def __init__(self) -> None:
-        self.items: list[Problem] = []
-
-    def add(self, file: str, field: str, message: str) -> None:
-        self.items.append(Problem(file, field, message))
-
-    def raise_if_any(self, root: Path) -> None:
-        if self.items:
-            raise CaptureError(self.items, str(root))
-
-
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return str(path)
-
-
 def _read_json(path: Path, rel: str, root: Path) -> Any:
     """Parse a json file or raise ``CaptureError`` naming it."""
     if not path.is_file():
@@ -195,15 +165,15 @@ def _get(obj: Any, key: str, where: str, kind: type | tuple[type, ...] | None = 
     """``obj[key]``, checked: ``where`` is obj's json path (for messages)."""
     field = f"{where}.{key}" if where else key
     if not isinstance(obj, dict):
-        raise _FieldError(where or "(top level)", f"must be a JSON object, got {type(obj).__name__}")
+        raise FieldError(where or "(top level)", f"must be a JSON object, got {type(obj).__name__}")
     if key not in obj:
         if default is not ...:
             return default
-        raise _FieldError(field, "is missing")
+        raise FieldError(field, "is missing")
     value = obj[key]
     if kind is not None and not isinstance(value, kind):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise _FieldError(field, f"must be of type {names}, got {type(value).__name__}")
+        raise FieldError(field, f"must be of type {names}, got {type(value).__name__}")
     return value
 
 
@@ -211,7 +181,7 @@ def _number(obj: Any, key: str, where: str) -> float:
     """A float field; protobuf json leaves out zeros, so a missing number is 0."""
     value = _get(obj, key, where, default=0.0)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _FieldError(f"{where}.{key}", f"must be a finite number, got {value!r}")
+        raise FieldError(f"{where}.{key}", f"must be a finite number, got {value!r}")
     return float(value)
 
 
@@ -227,11 +197,11 @@ def parse_timestamp_us(value: Any, field: str) -> int:
     """
     m = _TIMESTAMP.fullmatch(value) if isinstance(value, str) else None
     if m is None:
-        raise _FieldError(field, f"must be an RFC 3339 timestamp like '2019-05-15T00:38:58.203752Z', got {value!r}")
+        raise FieldError(field, f"must be an RFC 3339 timestamp like '2019-05-15T00:38:58.203752Z', got {value!r}")
     try:
         dt = datetime(*(int(m.group(i)) for i in range(1, 7)), tzinfo=timezone.utc)
     except ValueError as exc:
-        raise _FieldError(field, f"is not a valid date/time ({exc})") from None
+        raise FieldError(field, f"is not a valid date/time ({exc})") from None
     us = (dt - _EPOCH) // timedelta(microseconds=1)
     ns = int((m.group(7) or "").ljust(9, "0"))
     us += (ns + 500) // 1000  # nearest microsecond
@@ -262,7 +232,7 @@ def _pose(obj: Any, where: str) -> tuple[np.ndarray, bool]:
     if obj is None:
         return T, False
     if not isinstance(obj, dict):
-        raise _FieldError(where, f"must be a JSON object, got {type(obj).__name__}")
+        raise FieldError(where, f"must be a JSON object, got {type(obj).__name__}")
     rot = _get(obj, "rotation", where, dict, default={})
     tr = _get(obj, "translation", where, dict, default={})
     q = np.array([_number(rot, k, f"{where}.rotation") for k in ("qw", "qx", "qy", "qz")])
@@ -271,7 +241,7 @@ def _pose(obj: Any, where: str) -> tuple[np.ndarray, bool]:
     if norm == 0.0:
         return T, bool(np.any(t != 0))  # a translation alone is still a pose
     if abs(norm - 1.0) > 1e-3:  # float64 writers give unit quaternions; far off means a wrong field
-        raise _FieldError(f"{where}.rotation", f"quaternion (qw, qx, qy, qz) has norm {norm:.6g}, expected 1")
+        raise FieldError(f"{where}.rotation", f"quaternion (qw, qx, qy, qz) has norm {norm:.6g}, expected 1")
     T[:3, :3] = quat_to_matrix(q / norm)
     T[:3, 3] = t
     return T, True
@@ -311,7 +281,7 @@ class _Source:
 
 def _dataset_scenes(dataset_json: Path, root: Path) -> tuple[Path, list[str], list[str]]:
     """The first present scene of a ``scene_dataset*.json``, the warnings, and every listed scene."""
-    rel = _rel(dataset_json, root)
+    rel = relative(dataset_json, root)
     data = _read_json(dataset_json, rel, root)
     try:
         splits = _get(data, "scene_splits", "", dict)
@@ -322,11 +292,11 @@ def _dataset_scenes(dataset_json: Path, root: Path) -> tuple[Path, list[str], li
                           default=[])
             for i, name in enumerate(names):
                 if not isinstance(name, str):
-                    raise _FieldError(f"scene_splits.{split}.filenames[{i}]", "must be a string")
+                    raise FieldError(f"scene_splits.{split}.filenames[{i}]", "must be a string")
                 if name not in seen:
                     seen.add(name)
                     listed.append((name, f"scene_splits.{split}.filenames[{i}]"))
-    except _FieldError as exc:
+    except FieldError as exc:
         raise CaptureError([Problem(rel, exc.field, exc.message)], str(root)) from None
     if not listed:
         raise CaptureError([Problem(rel, "scene_splits", "lists no scene files")], str(root))
@@ -346,9 +316,9 @@ def _dataset_scenes(dataset_json: Path, root: Path) -> tuple[Path, list[str], li
         raise CaptureError([*missing, Problem(rel, "scene_splits", "none of the listed scenes is present")], str(root))
     notes = [f"{p.file}: {p.field}: {p.message}; that scene is not loaded" for p in missing]
     if len(present) > 1:
-        others = ", ".join(_rel(p, root) for p in present[1:])
+        others = ", ".join(relative(p, root) for p in present[1:])
         notes.append(f"{rel} lists {len(present)} present scenes; a capture is one scene, so only "
-                     f"{_rel(present[0], root)} is loaded (load {others} by its own path)")
+                     f"{relative(present[0], root)} is loaded (load {others} by its own path)")
     return present[0], notes, [name for name, _ in listed]
 
 
@@ -417,12 +387,12 @@ class _SceneLoader:
         self.src = src
         self.scene_dir = src.scene_json.parent
         self.root = src.root
-        self.scene_rel = _rel(src.scene_json, self.root)
-        self.found = _Problems()
+        self.scene_rel = relative(src.scene_json, self.root)
+        self.found = Problems(self.root)
         self.notes = src.warnings  # shared: load() warns about all of them
 
     def rel(self, path: Path) -> str:
-        return _rel(path, self.root)
+        return relative(path, self.root)
 
     def scene_file(self, name: str, where: str, file: str | None = None) -> Path | None:
         """A file named inside the scene folder, or None (problem recorded) when it is unusable."""
@@ -443,7 +413,7 @@ class _SceneLoader:
         try:
             data = _get(scene, "data", "", list)
             samples = _get(scene, "samples", "", list, default=[])
-        except _FieldError as exc:
+        except FieldError as exc:
             raise CaptureError([Problem(self.scene_rel, exc.field, exc.message)], str(self.root)) from None
         # Problems are collected while as much as possible is still checked (a datum with a
         # bad field is skipped, a sensor without calibration too) and raised together; only
@@ -459,7 +429,7 @@ class _SceneLoader:
         if not datums:
             if not self.found.items:
                 self.found.add(self.scene_rel, "data", "the scene has no image or point-cloud datum")
-            self.found.raise_if_any(self.root)
+            self.found.raise_if_any()
 
         rig_ts, rig_T = self._rig(datums, sensor_calib)
         cameras: dict[str, Camera] = {}
@@ -472,7 +442,7 @@ class _SceneLoader:
                     cameras[cam.id] = cam
             else:
                 point_cloud_sensors.append((name, ds))
-        self.found.raise_if_any(self.root)
+        self.found.raise_if_any()
         lidar_info: dict[str, Any] = {}
         for name, ds in point_cloud_sensors:
             lidar, info = self._lidar(name, ds, sensor_calib[name])
@@ -480,7 +450,7 @@ class _SceneLoader:
                 lidars[lidar.id] = lidar
                 lidar_info[lidar.id] = info
         tracks = self._tracks(scene, datums)
-        self.found.raise_if_any(self.root)
+        self.found.raise_if_any()
 
         # Re-centre the world on the first rig position, as the native loader does.
         offset = rig_T[0, :3, 3].copy()
@@ -517,7 +487,7 @@ class _SceneLoader:
                 datum = _get(item, "datum", where, dict)
                 kinds = [k for k in datum if isinstance(datum[k], dict)]
                 if len(kinds) != 1:
-                    raise _FieldError(f"{where}.datum", f"must hold exactly one datum type, found {sorted(datum)}")
+                    raise FieldError(f"{where}.datum", f"must hold exactly one datum type, found {sorted(datum)}")
                 kind = kinds[0]
                 if kind not in ("image", "point_cloud"):
                     skipped.setdefault(name, kind)
@@ -525,7 +495,7 @@ class _SceneLoader:
                 body = datum[kind]
                 T, has_pose = _pose(body.get("pose"), f"{where}.datum.{kind}.pose")
                 _get(body, "filename", f"{where}.datum.{kind}", str)
-            except _FieldError as exc:
+            except FieldError as exc:
                 self.found.add(self.scene_rel, exc.field, exc.message)
                 continue
             if key in keys:
@@ -552,7 +522,7 @@ class _SceneLoader:
                 ckey = _get(sample, "calibration_key", where, str)
                 for k in _get(sample, "datum_keys", where, list, default=[]):
                     of_datum.setdefault(str(k), ckey)
-            except _FieldError as exc:
+            except FieldError as exc:
                 self.found.add(self.scene_rel, exc.field, exc.message)
                 continue
             if ckey not in [k for k, _ in order]:
@@ -576,17 +546,17 @@ class _SceneLoader:
                 extrinsics = _get(cal, "extrinsics", "", list)
                 for what, values in (("intrinsics", intrinsics), ("extrinsics", extrinsics)):
                     if len(values) != len(names):
-                        raise _FieldError(what, f"has {len(values)} entries for {len(names)} names")
+                        raise FieldError(what, f"has {len(values)} entries for {len(names)} names")
                 table: dict[str, _Calibration] = {}
                 for j, name in enumerate(names):
                     if not isinstance(name, str):
-                        raise _FieldError(f"names[{j}]", "must be a string")
+                        raise FieldError(f"names[{j}]", "must be a string")
                     T, _ = _pose(extrinsics[j], f"extrinsics[{j}]")
                     if not isinstance(intrinsics[j], dict):
-                        raise _FieldError(f"intrinsics[{j}]", "must be a JSON object")
+                        raise FieldError(f"intrinsics[{j}]", "must be a JSON object")
                     table[name.lower()] = _Calibration(rel, T, intrinsics[j], f"intrinsics[{j}]")
                 tables[ckey] = table
-            except _FieldError as exc:
+            except FieldError as exc:
                 self.found.add(rel, exc.field, exc.message)
         return of_datum, tables
 
@@ -664,14 +634,14 @@ class _SceneLoader:
         model: str | None = None
         try:
             model, intrinsics = camera_intrinsics(cal.intrinsics, cal.where)
-        except _FieldError as exc:
+        except FieldError as exc:
             self.found.add(cal.file, exc.field, f"{exc.message} (camera {name!r})")  # frames are still checked
         try:
             width = int(_get(ds[0].body, "width", ds[0].where, int))
             height = int(_get(ds[0].body, "height", ds[0].where, int))
             if width <= 0 or height <= 0:
-                raise _FieldError(f"{ds[0].where}.width", f"image size must be positive, got {width}x{height}")
-        except _FieldError as exc:
+                raise FieldError(f"{ds[0].where}.width", f"image size must be positive, got {width}x{height}")
+        except FieldError as exc:
             self.found.add(self.scene_rel, exc.field, exc.message)
             return None
         frames: list[CameraFrame] = []
@@ -713,7 +683,7 @@ class _SceneLoader:
                 continue
             try:
                 fmt = _point_format(d.body.get("point_format", []), f"{d.where}.point_format")
-            except _FieldError as exc:
+            except FieldError as exc:
                 self.found.add(self.scene_rel, exc.field, exc.message)
                 continue
             path = self.scene_file(d.body["filename"], f"{d.where}.filename")
@@ -736,17 +706,7 @@ class _SceneLoader:
         except OSError as exc:
             self.found.add(str(cache_root()), "", f"cannot write the converted sweeps of {name!r} ({exc})")
             return None, {}
-        folder = Path(spec["folder"])
-        lidar = Lidar(
-            id=_sensor_id(name), T_rig_lidar=cal.T_vehicle_sensor.copy(),
-            elevation_deg=np.asarray(spec["elevation_deg"], dtype=np.float64),
-            azimuth_offset_deg=np.zeros(len(spec["elevation_deg"])), columns=int(spec["columns"]),
-            rotation=spec["rotation"], scan_rate_hz=float(spec["scan_rate_hz"]),
-            start_azimuth_deg=float(spec["start_azimuth_deg"]), min_range_m=float(spec["min_range_m"]),
-            max_range_m=float(spec["max_range_m"]),
-            sweeps=tuple(LidarSweepFile(int(s["timestamp_us"]), folder / s["file"]) for s in spec["sweeps"]))
-        info = {k: spec[k] for k in ("method", "note", "intensity_scale", "cache")}
-        return lidar, info
+        return sweep_cache.lidar_from_spec(spec, _sensor_id(name), cal.T_vehicle_sensor)
 
     # -- tracks -------------------------------------------------------------------------
 
@@ -776,7 +736,7 @@ class _SceneLoader:
             except CaptureError as err:
                 self.found.items.extend(err.problems)
                 continue
-            except _FieldError as exc:
+            except FieldError as exc:
                 self.found.add(rel, exc.field, exc.message)
                 continue
             for j, a in enumerate(anns):
@@ -787,11 +747,11 @@ class _SceneLoader:
                     # by name: DGP's own python class orders sizes (W, L, H); ours is (L, W, H)
                     size = np.array([_number(box, k, f"{aw}.box") for k in ("length", "width", "height")])
                     if not np.all(size > 0):
-                        raise _FieldError(f"{aw}.box",
-                                          f"length, width and height must be positive, got {size.tolist()}")
+                        raise FieldError(f"{aw}.box",
+                                         f"length, width and height must be positive, got {size.tolist()}")
                     class_id = int(_number(a, "class_id", aw))
                     instance = int(_number(a, "instance_id", aw))
-                except _FieldError as exc:
+                except FieldError as exc:
                     self.found.add(rel, exc.field, exc.message)
                     continue
                 if instance == 0:  # protobuf default: no persistent id, so a track of its own
@@ -837,7 +797,7 @@ class _SceneLoader:
             return out
         except CaptureError as err:
             self.found.items.extend(err.problems)
-        except _FieldError as exc:
+        except FieldError as exc:
             self.found.add(rel, exc.field, exc.message)
         return {}
 
@@ -849,20 +809,20 @@ class _SceneLoader:
 def camera_intrinsics(intr: dict, where: str) -> tuple[str, dict[str, float]]:
     """A DGP ``CameraIntrinsics`` as (model, our intrinsics): ``pinhole``, or ``opencv`` with distortion.
 
-    Raises ``_FieldError`` for what we cannot represent (skew, fisheye and the other models)
+    Raises ``FieldError`` for what we cannot represent (skew, fisheye and the other models)
     rather than importing a camera that projects wrongly.
     """
     fx, fy, cx, cy = (_number(intr, k, where) for k in ("fx", "fy", "cx", "cy"))
     if fx <= 0 or fy <= 0:
-        raise _FieldError(f"{where}.fx", f"focal lengths must be positive for a camera, got fx={fx}, fy={fy}")
+        raise FieldError(f"{where}.fx", f"focal lengths must be positive for a camera, got fx={fx}, fy={fy}")
     if abs(_number(intr, "skew", where)) > 1e-9 * fx:
-        raise _FieldError(f"{where}.skew", "skewed pixels are not supported by nurec_usd camera models")
+        raise FieldError(f"{where}.skew", "skewed pixels are not supported by nurec_usd camera models")
     if _number(intr, "fisheye", where) != 0:
-        raise _FieldError(f"{where}.fisheye", "DGP fisheye camera models are not supported (only pinhole and "
-                                              "Brown-Conrady distortion)")
+        raise FieldError(f"{where}.fisheye", "DGP fisheye camera models are not supported (only pinhole and "
+                                             "Brown-Conrady distortion)")
     for k in UNSUPPORTED_INTRINSICS:
         if _number(intr, k, where) != 0:
-            raise _FieldError(f"{where}.{k}", f"a non-zero {k!r} needs a camera model nurec_usd does not have")
+            raise FieldError(f"{where}.{k}", f"a non-zero {k!r} needs a camera model nurec_usd does not have")
     dist = {k: _number(intr, k, where) for k in ("k1", "k2", "p1", "p2", "k3", "k4", "k5", "k6")}
     if not any(dist.values()):
         return "pinhole", {"fx": fx, "fy": fy, "cx": cx, "cy": cy}
@@ -892,7 +852,7 @@ class _SweepError(Exception):
 
 def _point_format(values: Any, where: str) -> tuple[str, ...]:
     if not isinstance(values, list):
-        raise _FieldError(where, "must be a list of channel names")
+        raise FieldError(where, "must be a list of channel names")
     out = []
     for i, v in enumerate(values):
         if isinstance(v, int) and not isinstance(v, bool) and v in POINT_CHANNELS:
@@ -900,7 +860,7 @@ def _point_format(values: Any, where: str) -> tuple[str, ...]:
         elif isinstance(v, str) and v in POINT_CHANNELS.values():
             out.append(v)
         else:
-            raise _FieldError(f"{where}[{i}]", f"unknown point channel {v!r}")
+            raise FieldError(f"{where}[{i}]", f"unknown point channel {v!r}")
     return tuple(out)
 
 
@@ -938,13 +898,6 @@ def read_dgp_points(path: Path, point_format: tuple[str, ...] = (), rel: str | N
     xyz = np.stack([cols["X"], cols["Y"], cols["Z"]], axis=1)
     keep = np.all(np.isfinite(xyz), axis=1) & np.any(xyz != 0, axis=1)
     return {k: v[keep] for k, v in cols.items()}
-
-
-def _spherical(xyz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(azimuth deg, elevation deg, range m) of lidar-frame points, azimuth from +x toward +y."""
-    rho = np.hypot(xyz[:, 0], xyz[:, 1])
-    return (np.degrees(np.arctan2(xyz[:, 1], xyz[:, 0])), np.degrees(np.arctan2(xyz[:, 2], rho)),
-            np.hypot(rho, xyz[:, 2]))
 
 
 def _window(h: np.ndarray, half: int, fn) -> np.ndarray:
@@ -986,56 +939,11 @@ def estimate_channel_table(elevation_deg: np.ndarray, range_m: np.ndarray) -> tu
             on = sample[np.abs(sample - c) <= RING_HALF_WIDTH_DEG]
             refined.append(float(on.mean()) if len(on) else float(c))
         table = np.unique(np.round(np.array(refined), 6))
-        near = np.abs(sample - table[_nearest_channel(sample, table)])
+        near = np.abs(sample - table[sweep_cache.nearest_channel(sample, table)])
         if np.mean(near <= RING_HALF_WIDTH_DEG) >= RING_MIN_COVERAGE:
             return table, "rings"
     q = (np.arange(QUANTILE_CHANNELS) + 0.5) / QUANTILE_CHANNELS
     return np.unique(np.round(np.quantile(el, q), 6)), "elevation-quantiles"
-
-
-def _nearest_channel(elevation_deg: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """Index into ``table`` (any order) of the elevation nearest to each point's. ``[N]`` -> ``[N]`` int64."""
-    order = np.argsort(table, kind="stable")
-    ascending = table[order]
-    if len(ascending) == 1:
-        return np.zeros(len(elevation_deg), dtype=np.int64)
-    i = np.clip(np.searchsorted(ascending, elevation_deg), 1, len(ascending) - 1)
-    left, right = ascending[i - 1], ascending[i]
-    nearest = np.where(np.abs(elevation_deg - left) <= np.abs(right - elevation_deg), i - 1, i)
-    return order[nearest].astype(np.int64)
-
-
-def cache_root() -> Path:
-    """Where imported sweeps are cached: ``$XDG_CACHE_HOME/nurec_usd/imports`` (``~/.cache`` by default)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "nurec_usd" / "imports"
-
-
-def _inputs_hash(lidar_id: str, sweeps: list[_SweepInput]) -> str:
-    h = hashlib.sha256(f"nurec_usd dgp sweeps v{CACHE_VERSION} {lidar_id}\n".encode())
-    for s in sweeps:
-        h.update(f"{s.timestamp_us} {','.join(s.point_format)} ".encode())
-        try:
-            with open(s.path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-        except OSError as exc:
-            raise _SweepError(s.rel, "", f"cannot read the file ({exc})") from None
-    return h.hexdigest()[:32]
-
-
-def _cached_spec(folder: Path) -> dict[str, Any] | None:
-    """The converted lidar in ``folder``, or None when absent or incomplete."""
-    try:
-        spec = json.loads((folder / "lidar.json").read_text(encoding="utf-8"))
-        for s in spec["sweeps"]:
-            _, base = read_nrl_header(folder / s["file"])
-            if base != s["timestamp_us"]:
-                return None
-    except (OSError, ValueError, KeyError, TypeError, SweepFormatError):
-        return None
-    spec["folder"] = str(folder)
-    return spec
 
 
 def convert_sweeps(lidar_id: str, sweeps: list[_SweepInput]) -> dict[str, Any]:
@@ -1044,20 +952,20 @@ def convert_sweeps(lidar_id: str, sweeps: list[_SweepInput]) -> dict[str, Any]:
     Returns a dict with the model's fields (``elevation_deg``, ``columns``, ...), ``sweeps``
     (timestamp and file name), ``folder`` (the cache folder), ``method`` and ``note``.
     """
-    key = _inputs_hash(lidar_id, sweeps)
-    folder = cache_root() / key
-    spec = _cached_spec(folder)
+    key, folder, spec = sweep_cache.lookup(
+        f"nurec_usd dgp sweeps v{CACHE_VERSION} {lidar_id}\n",
+        ((f"{s.timestamp_us} {','.join(s.point_format)} ", s.path, s.rel) for s in sweeps), _SweepError)
     if spec is not None:
         return spec
 
-    # Pass 1: the channel table and intensity scale from up to TABLE_SAMPLE_SWEEPS sweeps.
-    pick = np.unique(np.linspace(0, len(sweeps) - 1, min(len(sweeps), TABLE_SAMPLE_SWEEPS)).round().astype(int))
+    # Pass 1: the channel table and intensity scale from a sample of the sweeps.
+    pick = sweep_cache.sample_indices(len(sweeps))
     els, rngs, rings, intensity_max, counts = [], [], [], 0.0, []
     first_xyz = None
     for i in pick:
         cols = read_dgp_points(sweeps[i].path, sweeps[i].point_format, sweeps[i].rel)
         xyz = np.stack([cols["X"], cols["Y"], cols["Z"]], axis=1)
-        _, el, rng = _spherical(xyz)
+        _, el, rng = sweep_cache.spherical(xyz)
         step = max(1, len(el) // 200_000)  # bounded memory for the histogram
         els.append(el[::step])
         rngs.append(rng[::step])
@@ -1084,42 +992,30 @@ def convert_sweeps(lidar_id: str, sweeps: list[_SweepInput]) -> dict[str, Any]:
         table, method = ring_table, "ring-field"
     else:
         table, method = estimate_channel_table(el_all, rng_all)
-    if method == "elevation-quantiles":
-        columns = int(np.clip(round(float(np.median(counts)) / len(table)), 16, 16384))
-    else:  # the azimuth step between neighbouring points of one ring
-        az, el, _ = _spherical(first_xyz)
-        ch = _nearest_channel(el, table)
-        steps = []
-        for c in np.unique(ch):
-            a = np.sort(az[ch == c])
-            d = np.diff(a)
-            d = d[d > 1e-4]
-            if len(d) >= 50:
-                steps.append(np.median(d))
-        columns = int(np.clip(round(360.0 / float(np.median(steps))), 16, 16384)) if steps else \
-            int(np.clip(round(float(np.median(counts)) / len(table)), 16, 16384))
+    # the azimuth step between neighbouring points of one ring, unless there are no rings
+    columns = sweep_cache.ring_columns(first_xyz, table) if method != "elevation-quantiles" else None
+    if columns is None:
+        columns = sweep_cache.columns_from_counts(counts, len(table))
     times = np.array([s.timestamp_us for s in sweeps], dtype=np.int64)
     # Consecutive sweeps give the spin rate, unless the log keeps only some sweeps (spacing
     # over 0.2 s, slower than any driving lidar spins): then the nominal 10 Hz.
     spacing_s = float(np.median(np.diff(times))) * 1e-6 if len(times) > 1 else math.inf
     scan_rate = 1.0 / spacing_s if spacing_s <= MAX_SWEEP_SPACING_S else DEFAULT_SCAN_RATE_HZ
-    # Raw 8-bit intensities become [0, 1], the format's convention; already-normalised ones stay.
-    intensity_scale = 1.0 if intensity_max <= 1.0 else (1 / 255 if intensity_max <= 255 else 1 / intensity_max)
+    scale = sweep_cache.intensity_scale(intensity_max)
 
     # Pass 2: every sweep to .nrl, in a staged folder moved into place whole.
-    stage = StagedDirectory(folder, overwrite=folder.exists())
-    try:
+    with sweep_cache.staged_folder(folder) as stage:
         entries, r_min, r_max = [], math.inf, 0.0
         for s in sweeps:
             cols = read_dgp_points(s.path, s.point_format, s.rel)
             xyz = np.stack([cols["X"], cols["Y"], cols["Z"]], axis=1)
-            _, el, rng = _spherical(xyz)
-            channel = _nearest_channel(el, table)
+            _, el, rng = sweep_cache.spherical(xyz)
+            channel = sweep_cache.nearest_channel(el, table)
             if method == "ring-field" and "RING" in cols:  # the sensor's own channel where it is usable
                 ring = cols["RING"].astype(np.int64)
                 ok = (ring >= 0) & (ring < len(table))
                 channel[ok] = ring[ok]
-            intensity = cols.get("INTENSITY", np.zeros(len(xyz))) * intensity_scale
+            intensity = cols.get("INTENSITY", np.zeros(len(xyz))) * scale
             intensity = np.where(np.isfinite(intensity), intensity, 0.0)
             name = f"{s.timestamp_us}.nrl"
             # every point at the sweep time: DGP's points are relative to the sweep's single pose
@@ -1128,29 +1024,13 @@ def convert_sweeps(lidar_id: str, sweeps: list[_SweepInput]) -> dict[str, Any]:
             entries.append({"timestamp_us": s.timestamp_us, "file": name})
             if len(rng):
                 r_min, r_max = min(r_min, float(rng.min())), max(r_max, float(rng.max()))
-        if not math.isfinite(r_min):
-            r_min, r_max = 0.0, 1.0
-        min_range = max(0.0, math.floor(r_min * 10) / 10)
-        max_range = max(math.ceil(r_max), min_range + 1.0)
+        min_range, max_range = sweep_cache.range_limits(r_min, r_max)
         spec = {
             "elevation_deg": [float(e) for e in table], "columns": columns, "rotation": "counterclockwise",
             "scan_rate_hz": scan_rate, "start_azimuth_deg": 0.0, "min_range_m": min_range,
-            "max_range_m": float(max_range), "sweeps": entries, "method": method, "intensity_scale": intensity_scale,
+            "max_range_m": max_range, "sweeps": entries, "method": method, "intensity_scale": scale,
             "note": ("channel table estimated from the points (" + method + "); rotation, start azimuth and columns "
                      "are nominal; every point carries its sweep's timestamp (time offset 0)"),
             "cache": key,
         }
-        (stage.path / "lidar.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
-        try:
-            stage.commit()
-        except FileExistsError:  # another process converted the same inputs meanwhile: use theirs
-            stage.abort()
-            theirs = _cached_spec(folder)
-            if theirs is not None:
-                return theirs
-            raise
-    except BaseException:
-        stage.abort()
-        raise
-    spec["folder"] = str(folder)
-    return spec
+        return sweep_cache.publish_spec(stage, spec)

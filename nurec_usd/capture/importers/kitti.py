@@ -84,8 +84,6 @@ Unsupported: ``*_extract`` drives (unrectified images, text scans), tracklet lab
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import re
 import warnings
@@ -99,18 +97,10 @@ import numpy as np
 
 from nurec_usd.capture.errors import CaptureError, Problem
 from nurec_usd.capture.images import IMAGE_SUFFIXES, image_size
-from nurec_usd.capture.importers.dgp import cache_root, estimate_channel_table
-from nurec_usd.capture.model import (
-    Camera,
-    CameraFrame,
-    Capture,
-    Lidar,
-    LidarSweepFile,
-    RigTrajectory,
-    RollingShutter,
-)
-from nurec_usd.capture.staging import StagedDirectory
-from nurec_usd.capture.sweep_io import SweepFormatError, read_nrl_header, write_nrl
+from nurec_usd.capture.importers import sweep_cache
+from nurec_usd.capture.importers.dgp import estimate_channel_table
+from nurec_usd.capture.model import Camera, CameraFrame, Capture, Lidar, RigTrajectory, RollingShutter
+from nurec_usd.capture.sweep_io import write_nrl
 
 __all__ = [
     "KITTIWarning", "detect", "load", "parse_timestamp_us", "read_calibration", "read_velodyne",
@@ -134,7 +124,6 @@ EARTH_RADIUS_M = 6378137.0  # the devkit's Mercator radius (WGS84 equatorial)
 SWEEP_START_AZIMUTH_DEG = 180.0  # a revolution starts and ends facing backwards
 NOMINAL_SCAN_RATE_HZ = 10.0
 MAX_SWEEP_SPACING_S = 0.2  # spacing beyond this: scans were dropped; use the nominal rate
-TABLE_SAMPLE_SWEEPS = 16
 EXTRAPOLATION_WARN_S = 0.15  # extending the rig further than this is reported as a warning
 POSES_ESTIMATED = "lidar ICP (open3d)"
 
@@ -484,21 +473,6 @@ def sweep_time_offsets(xyz: np.ndarray, duration_us: float) -> np.ndarray:
     return np.minimum(off, max(int(math.ceil(duration_us)) - 1, 0))
 
 
-def _nearest_channel(elevation_deg: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """Index into the ascending ``table`` of each elevation's nearest entry. ``[N]`` -> int64 ``[N]``."""
-    if len(table) == 1:
-        return np.zeros(len(elevation_deg), dtype=np.int64)
-    i = np.clip(np.searchsorted(table, elevation_deg), 1, len(table) - 1)
-    return np.where(np.abs(elevation_deg - table[i - 1]) <= np.abs(table[i] - elevation_deg), i - 1, i).astype(np.int64)
-
-
-def _elevation_range(xyz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(azimuth deg, elevation deg, range m) of velodyne-frame points."""
-    p = xyz.astype(np.float64)
-    rho = np.hypot(p[:, 0], p[:, 1])
-    return np.degrees(np.arctan2(p[:, 1], p[:, 0])), np.degrees(np.arctan2(p[:, 2], rho)), np.hypot(rho, p[:, 2])
-
-
 # --------------------------------------------------------------------------------------
 # Lidar odometry (when there are no oxts poses)
 
@@ -615,60 +589,21 @@ class _Scan:
     duration_us: int
 
 
-def _inputs_hash(scans: list[_Scan], odometry: bool) -> str:
-    h = hashlib.sha256(f"nurec_usd kitti velodyne v{CACHE_VERSION} odometry={odometry}\n".encode())
-    for s in scans:
-        h.update(f"{s.index} {s.start_us} {s.duration_us} ".encode())
-        try:
-            with open(s.path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-        except OSError as exc:
-            raise _FileError(s.rel, "", f"cannot read the file ({exc})") from None
-    return h.hexdigest()[:32]
-
-
-def _cached_spec(folder: Path) -> dict[str, Any] | None:
-    try:
-        spec = json.loads((folder / "lidar.json").read_text(encoding="utf-8"))
-        for s in spec["sweeps"]:
-            _, base = read_nrl_header(folder / s["file"])
-            if base != s["timestamp_us"]:
-                return None
-    except (OSError, ValueError, KeyError, TypeError, SweepFormatError):
-        return None
-    spec["folder"] = str(folder)
-    return spec
-
-
-def _columns(xyz: np.ndarray, table: np.ndarray) -> int | None:
-    """Firings per revolution from the azimuth step between neighbouring points of a ring."""
-    az, el, _ = _elevation_range(xyz)
-    ch = _nearest_channel(el, table)
-    steps = []
-    for c in np.unique(ch):
-        d = np.diff(np.sort(az[ch == c]))
-        d = d[d > 1e-4]
-        if len(d) >= 50:
-            steps.append(np.median(d))
-    return int(np.clip(round(360.0 / float(np.median(steps))), 16, 16384)) if steps else None
-
-
 def convert_scans(scans: list[_Scan], odometry: bool) -> dict[str, Any]:
     """Convert velodyne scans to ``.nrl`` (cached) and describe the lidar; with ``odometry``
     also estimate the lidar's trajectory. Returns the cached description (see the module doc)."""
-    key = _inputs_hash(scans, odometry)
-    folder = cache_root() / key
-    spec = _cached_spec(folder)
+    key, folder, spec = sweep_cache.lookup(
+        f"nurec_usd kitti velodyne v{CACHE_VERSION} odometry={odometry}\n",
+        ((f"{s.index} {s.start_us} {s.duration_us} ", s.path, s.rel) for s in scans), _FileError)
     if spec is not None:
         return spec
 
     # Pass 1: channel table, columns and intensity scale from a sample of scans.
-    pick = np.unique(np.linspace(0, len(scans) - 1, min(len(scans), TABLE_SAMPLE_SWEEPS)).round().astype(int))
+    pick = sweep_cache.sample_indices(len(scans))
     els, rngs, counts, reflect_max, table_xyz = [], [], [], 0.0, None
     for i in pick:
         pts = read_velodyne(scans[i].path, scans[i].rel)
-        _, el, rng = _elevation_range(pts[:, :3])
+        _, el, rng = sweep_cache.spherical(pts[:, :3])
         step = max(1, len(el) // 200_000)
         els.append(el[::step])
         rngs.append(rng[::step])
@@ -683,26 +618,25 @@ def convert_scans(scans: list[_Scan], odometry: bool) -> dict[str, Any]:
                                            "table has any point")
     table, method = estimate_channel_table(el_all, rng_all)
     table = np.sort(table)
-    columns = _columns(table_xyz, table) if method == "rings" else None
+    columns = sweep_cache.ring_columns(table_xyz, table) if method == "rings" else None
     if columns is None:
-        columns = int(np.clip(round(float(np.median(counts)) / len(table)), 16, 16384))
+        columns = sweep_cache.columns_from_counts(counts, len(table))
     durations = np.array([s.duration_us for s in scans], dtype=np.float64)
     scan_rate = 1e6 / float(np.median(durations))
     # KITTI's reflectance is in [0, 1] already; other writers' 8-bit values are scaled.
-    intensity_scale = 1.0 if reflect_max <= 1.0 else (1 / 255 if reflect_max <= 255 else 1 / reflect_max)
+    scale = sweep_cache.intensity_scale(reflect_max)
 
     # Pass 2: every scan to .nrl (and the odometry), in a staged folder moved into place whole.
     odo = _LidarOdometry() if odometry else None
-    stage = StagedDirectory(folder, overwrite=folder.exists())
-    try:
+    with sweep_cache.staged_folder(folder) as stage:
         entries, r_min, r_max = [], math.inf, 0.0
         for s in scans:
             pts = read_velodyne(s.path, s.rel)
             xyz = pts[:, :3]
             times = s.start_us + sweep_time_offsets(xyz, s.duration_us)
-            _, el, rng = _elevation_range(xyz)
-            channel = _nearest_channel(el, table)
-            intensity = np.where(np.isfinite(pts[:, 3]), pts[:, 3] * intensity_scale, 0.0).astype(np.float32)
+            _, el, rng = sweep_cache.spherical(xyz)
+            channel = sweep_cache.nearest_channel(el, table)
+            intensity = np.where(np.isfinite(pts[:, 3]), pts[:, 3] * scale, 0.0).astype(np.float32)
             name = f"{s.start_us}.nrl"
             write_nrl(stage.path / name, s.start_us, xyz, intensity, times, channel)
             entries.append({"timestamp_us": s.start_us, "file": name, "index": s.index})
@@ -710,14 +644,11 @@ def convert_scans(scans: list[_Scan], odometry: bool) -> dict[str, Any]:
                 r_min, r_max = min(r_min, float(rng.min())), max(r_max, float(rng.max()))
             if odo is not None:
                 odo.add(xyz, times, s.start_us + s.duration_us // 2, s.rel)
-        if not math.isfinite(r_min):
-            r_min, r_max = 0.0, 1.0
-        min_range = max(0.0, math.floor(r_min * 10) / 10)
+        min_range, max_range = sweep_cache.range_limits(r_min, r_max)
         spec = {
             "elevation_deg": [float(e) for e in table], "columns": columns, "rotation": "counterclockwise",
             "scan_rate_hz": scan_rate, "start_azimuth_deg": SWEEP_START_AZIMUTH_DEG, "min_range_m": min_range,
-            "max_range_m": float(max(math.ceil(r_max), min_range + 1.0)), "sweeps": entries, "method": method,
-            "intensity_scale": intensity_scale,
+            "max_range_m": max_range, "sweeps": entries, "method": method, "intensity_scale": scale,
             "note": (f"channel table estimated from the points ({method}); columns estimated; counterclockwise "
                      "from 180 deg, each point timed by its azimuth within its revolution"),
             "cache": key,
@@ -725,20 +656,7 @@ def convert_scans(scans: list[_Scan], odometry: bool) -> dict[str, Any]:
         if odo is not None:
             spec["odometry"] = {"timestamps_us": odo.times_us, "T_world_lidar": [T.tolist() for T in odo.poses],
                                 "notes": odo.notes}
-        (stage.path / "lidar.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
-        try:
-            stage.commit()
-        except FileExistsError:  # converted meanwhile by another process: use theirs
-            stage.abort()
-            theirs = _cached_spec(folder)
-            if theirs is not None:
-                return theirs
-            raise
-    except BaseException:
-        stage.abort()
-        raise
-    spec["folder"] = str(folder)
-    return spec
+        return sweep_cache.publish_spec(stage, spec)
 
 
 # --------------------------------------------------------------------------------------
@@ -936,18 +854,10 @@ class _DriveLoader:
             except _FileError as exc:
                 self.problems.append(exc.problem)
             except OSError as exc:
-                self.problems.append(Problem(str(cache_root()), "", f"cannot write the converted scans ({exc})"))
+                self.problems.append(Problem(str(sweep_cache.cache_root()), "",
+                                             f"cannot write the converted scans ({exc})"))
             self.fail()
-            folder = Path(spec["folder"])
-            lidars[LIDAR_ID] = Lidar(
-                id=LIDAR_ID, T_rig_lidar=T_rig_velo.copy(),
-                elevation_deg=np.asarray(spec["elevation_deg"], dtype=np.float64),
-                azimuth_offset_deg=np.zeros(len(spec["elevation_deg"])), columns=int(spec["columns"]),
-                rotation=spec["rotation"], scan_rate_hz=float(spec["scan_rate_hz"]),
-                start_azimuth_deg=float(spec["start_azimuth_deg"]), min_range_m=float(spec["min_range_m"]),
-                max_range_m=float(spec["max_range_m"]),
-                sweeps=tuple(LidarSweepFile(int(s["timestamp_us"]), folder / s["file"]) for s in spec["sweeps"]))
-            lidar_info[LIDAR_ID] = {k: spec[k] for k in ("method", "note", "intensity_scale", "cache")}
+            lidars[LIDAR_ID], lidar_info[LIDAR_ID] = sweep_cache.lidar_from_spec(spec, LIDAR_ID, T_rig_velo)
 
         metadata: dict[str, Any] = {"source": "kitti", "rig_frame": rig_frame}
         kitti: dict[str, Any] = {

@@ -79,9 +79,10 @@ from typing import Any
 import numpy as np
 
 from nurec_usd.capture.errors import CaptureError, Problem
-from nurec_usd.capture.importers.dgp import cache_root, estimate_channel_table
+from nurec_usd.capture.importers import sweep_cache
+from nurec_usd.capture.importers.dgp import estimate_channel_table
+from nurec_usd.capture.importers.problems import FieldError, Problems, relative
 from nurec_usd.capture.model import Capture
-from nurec_usd.capture.staging import StagedDirectory
 from nurec_usd.capture.sweep_io import write_nrl
 
 __all__ = ["NCoreWarning", "detect", "load", "INSTALL_HINT"]
@@ -99,7 +100,6 @@ MAX_FTHETA_FIT_ERROR_PX = 0.5  # a forward f-theta polynomial fitted worse than 
 FTHETA_FIT_WARN_PX = 0.05
 LINEAR_TERM_TOLERANCE = 1e-6  # f-theta linear_cde must be [1, 0, 0] within this
 MAX_WORLD_TILT_DEG = 30.0  # rig up axis this far from world +Z: the world is not Z-up, rotate it
-TABLE_SAMPLE_SWEEPS = 16  # sweeps read to estimate a channel table for a lidar without a model
 LABELS = {"automobile": "car", "person": "pedestrian", "heavy_truck": "truck", "bicycle": "bicycle",
           "rider": "cyclist", "bus": "bus", "motorcycle": "motorcycle", "trailer": "trailer"}
 COMPONENT_CHOICES = ("poses", "intrinsics", "masks", "cuboids")
@@ -146,35 +146,6 @@ def detect(path: Path) -> bool:
 
 # --------------------------------------------------------------------------------------
 # Problems
-
-
-class _FieldError(Exception):
-    """A field that cannot be used (caught and turned into a Problem)."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-
-class _Problems:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.items: list[Problem] = []
-
-    def add(self, file: str, field: str, message: str) -> None:
-        self.items.append(Problem(file, field, message))
-
-    def raise_if_any(self) -> None:
-        if self.items:
-            raise CaptureError(self.items, str(self.root))
-
-
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return str(path)
 
 
 def _describe(exc: BaseException) -> str:
@@ -286,7 +257,7 @@ def load(path: Path, *, instances: dict[str, str] | None = None) -> Capture:
         if name not in COMPONENT_CHOICES:
             raise ValueError(f"instances: unknown component {name!r}; choose among {COMPONENT_CHOICES}")
     key = _cache_key(inputs, instances or {})
-    folder = cache_root() / f"ncore-{key}"
+    folder = sweep_cache.cache_root() / f"ncore-{key}"
     if (folder / "capture.json").is_file():
         try:
             capture = load_capture(folder)
@@ -337,10 +308,10 @@ def _rigid(T: Any, field: str) -> np.ndarray:
     """A finite 4x4 rigid transform as float64, re-orthonormalised (NCore may store float32)."""
     T = np.asarray(T, dtype=np.float64)
     if T.shape != (4, 4) or not np.all(np.isfinite(T)):
-        raise _FieldError(field, f"must be a finite 4x4 transform, got shape {T.shape}")
+        raise FieldError(field, f"must be a finite 4x4 transform, got shape {T.shape}")
     R = T[:3, :3]
     if np.abs(R.T @ R - np.eye(3)).max() > 1e-3 or np.linalg.det(R) < 0:
-        raise _FieldError(field, "is not a rigid transform (rotation not orthonormal and right-handed)")
+        raise FieldError(field, "is not a rigid transform (rotation not orthonormal and right-handed)")
     u, _, vt = np.linalg.svd(R)
     out = T.copy()
     out[:3, :3] = u @ vt
@@ -419,16 +390,16 @@ def ftheta_forward_from_backward(bw: np.ndarray, max_angle: float, rho_max: floa
 
 
 def camera_intrinsics(params: Any, where: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """Our (model, intrinsics, notes) for NCore camera model parameters; ``_FieldError`` when unsupported.
+    """Our (model, intrinsics, notes) for NCore camera model parameters; ``FieldError`` when unsupported.
 
     ``where`` is the field path of the parameters (for messages).
     """
     kind = params.type()
     W, H = (int(v) for v in np.asarray(params.resolution).reshape(-1)[:2])
     if params.external_distortion_parameters is not None:
-        raise _FieldError(f"{where}.external_distortion_parameters",
-                          f"external distortion ({params.external_distortion_parameters.type()}) cannot be "
-                          "represented by nurec_usd's camera models")
+        raise FieldError(f"{where}.external_distortion_parameters",
+                         f"external distortion ({params.external_distortion_parameters.type()}) cannot be "
+                         "represented by nurec_usd's camera models")
     notes: dict[str, Any] = {"ncore_model": kind}
     if kind in ("ideal-pinhole", "opencv-pinhole", "opencv-fisheye"):
         fx, fy = (float(v) for v in params.focal_length)
@@ -442,9 +413,9 @@ def camera_intrinsics(params: Any, where: str) -> tuple[str, dict[str, Any], dic
             notes["max_angle_deg"] = math.degrees(float(params.max_angle))
             return "opencv_fisheye", {**base, "k1": k[0], "k2": k[1], "k3": k[2], "k4": k[3]}, notes
         if np.any(np.asarray(params.thin_prism_coeffs) != 0):
-            raise _FieldError(f"{where}.thin_prism_coeffs",
-                              f"non-zero thin-prism distortion {np.asarray(params.thin_prism_coeffs).tolist()} "
-                              "cannot be represented by nurec_usd's opencv model")
+            raise FieldError(f"{where}.thin_prism_coeffs",
+                             f"non-zero thin-prism distortion {np.asarray(params.thin_prism_coeffs).tolist()} "
+                             "cannot be represented by nurec_usd's opencv model")
         k = [float(v) for v in params.radial_coeffs]
         p = [float(v) for v in params.tangential_coeffs]
         if not any(k) and not any(p):
@@ -456,9 +427,9 @@ def camera_intrinsics(params: Any, where: str) -> tuple[str, dict[str, Any], dic
     if kind == "ftheta":
         cde = np.asarray(params.linear_cde, dtype=np.float64)
         if np.abs(cde - [1.0, 0.0, 0.0]).max() > LINEAR_TERM_TOLERANCE:
-            raise _FieldError(f"{where}.linear_cde",
-                              f"f-theta linear term [c, d, e] = {cde.tolist()} (pixel aspect / shear) is not "
-                              "[1, 0, 0]; nurec_usd's ftheta model has no such term")
+            raise FieldError(f"{where}.linear_cde",
+                             f"f-theta linear term [c, d, e] = {cde.tolist()} (pixel aspect / shear) is not "
+                             "[1, 0, 0]; nurec_usd's ftheta model has no such term")
         # stored in NVIDIA's pixel-centre convention, which is ours: no shift
         cx, cy = (float(v) for v in params.principal_point)
         max_angle = float(params.max_angle)
@@ -474,19 +445,19 @@ def camera_intrinsics(params: Any, where: str) -> tuple[str, dict[str, Any], dic
             try:
                 coeffs, err = ftheta_forward_from_backward(params.pixeldist_to_angle_poly, max_angle, rho_max)
             except ValueError as exc:
-                raise _FieldError(f"{where}.pixeldist_to_angle_poly", str(exc)) from None
+                raise FieldError(f"{where}.pixeldist_to_angle_poly", str(exc)) from None
             notes["forward_fit_error_px"] = err
             if err > MAX_FTHETA_FIT_ERROR_PX:
-                raise _FieldError(f"{where}.pixeldist_to_angle_poly",
-                                  f"no degree-5 angle-to-pixel polynomial fits this backward polynomial within "
-                                  f"{MAX_FTHETA_FIT_ERROR_PX} px over the image (best: {err:.3g} px)")
+                raise FieldError(f"{where}.pixeldist_to_angle_poly",
+                                 f"no degree-5 angle-to-pixel polynomial fits this backward polynomial within "
+                                 f"{MAX_FTHETA_FIT_ERROR_PX} px over the image (best: {err:.3g} px)")
         if len(coeffs) < 2 or not coeffs[1] > 0:
-            raise _FieldError(f"{where}.angle_to_pixeldist_poly",
-                              f"the linear coefficient (pixels per radian) must be positive, got {coeffs}")
+            raise FieldError(f"{where}.angle_to_pixeldist_poly",
+                             f"the linear coefficient (pixels per radian) must be positive, got {coeffs}")
         fov = min(360.0, 2.0 * math.degrees(max_angle))
         return "ftheta", {"cx": cx, "cy": cy, "angle_to_pixel": coeffs, "max_fov_deg": fov}, notes
-    raise _FieldError(where, f"camera model {kind!r} is not supported (ftheta, ideal-pinhole, opencv-pinhole "
-                             "and opencv-fisheye are)")
+    raise FieldError(where, f"camera model {kind!r} is not supported (ftheta, ideal-pinhole, opencv-pinhole "
+                            "and opencv-fisheye are)")
 
 
 # --------------------------------------------------------------------------------------
@@ -505,7 +476,7 @@ class _Converter:
         self.inputs = inputs
         self.root = inputs.root
         self.choices = choices
-        self.found = _Problems(self.root)
+        self.found = Problems(self.root)
         self.notes: list[str] = []
         self.camera_info: dict[str, Any] = {}
         self.nd, self.v4 = _import_ncore(str(self.root))
@@ -517,7 +488,7 @@ class _Converter:
         self.readers: list[tuple[Any, str]] = []
         first: tuple[Any, str] | None = None
         for store in self.inputs.stores:
-            rel = _rel(store, self.root)
+            rel = relative(store, self.root)
             try:
                 reader = self.v4.SequenceComponentGroupsReader([store], max_threads=1)
             except Exception as exc:  # zarr / tar / json errors of many types
@@ -609,8 +580,7 @@ class _Converter:
             ids[sid] = name
         self.found.raise_if_any()
 
-        stage = StagedDirectory(folder, overwrite=folder.exists())
-        try:
+        with sweep_cache.staged_folder(folder) as stage:
             self.out = stage.path
             cams = [c for name in sorted(cameras) if (c := self._camera(cameras[name], intrinsics, masks)) is not None]
             self.found.raise_if_any()
@@ -652,9 +622,6 @@ class _Converter:
                 stage.commit()
             except FileExistsError:  # another process converted the same sequence meanwhile: use theirs
                 stage.abort()
-        except BaseException:
-            stage.abort()
-            raise
 
     # -- poses --------------------------------------------------------------------------
 
@@ -673,7 +640,7 @@ class _Converter:
         for (src, dst), T in static_items:
             try:
                 T = _rigid(T, f"{base}.static_poses[{src!r}, {dst!r}]")
-            except _FieldError as exc:
+            except FieldError as exc:
                 self.found.add(inst.file, exc.field, exc.message)
                 continue
             self.static.setdefault(src, []).append((dst, T))  # maps src points into dst: our T_dst_src
@@ -701,7 +668,7 @@ class _Converter:
         for k in range(len(T)):
             try:
                 Tk = _rigid(T[k], f"{where}.poses[{k}]")
-            except _FieldError as exc:
+            except FieldError as exc:
                 self.found.add(inst.file, exc.field, exc.message)
                 return
             poses.append(_invert(Tk) if invert else Tk)
@@ -770,7 +737,7 @@ class _Converter:
             return None
         try:
             model, intr, notes = camera_intrinsics(params, where)
-        except _FieldError as exc:
+        except FieldError as exc:
             self.found.add(intrinsics.file, exc.field, exc.message)
             return None
         W, H = (int(v) for v in np.asarray(params.resolution).reshape(-1)[:2])
@@ -880,7 +847,7 @@ class _Converter:
     # -- lidars -------------------------------------------------------------------------
 
     def _sweep(self, inst: _Instance, end: int) -> dict[str, np.ndarray]:
-        """One frame's first-return points (lidar frame, own times). ``_FieldError`` when unreadable."""
+        """One frame's first-return points (lidar frame, own times). ``FieldError`` when unreadable."""
         r = inst.reader
         field_ = f"lidars/{inst.name}.frames[{end}]"
         try:
@@ -895,17 +862,17 @@ class _Converter:
                        if r.has_frame_ray_bundle_data(end, "model_element") else None)
             n_returns = int(r.get_frame_ray_bundle_return_count(end))
         except Exception as exc:
-            raise _FieldError(field_, f"cannot read the ray bundle ({_describe(exc)})") from None
+            raise FieldError(field_, f"cannot read the ray bundle ({_describe(exc)})") from None
         n = len(direction)
         if direction.shape != (n, 3) or t.shape != (n,) or dist.shape != (n,) or valid.shape != (n,):
-            raise _FieldError(field_, f"ray bundle arrays disagree: direction {direction.shape}, timestamp_us "
-                                      f"{t.shape}, distance_m {dist.shape}")
+            raise FieldError(field_, f"ray bundle arrays disagree: direction {direction.shape}, timestamp_us "
+                                     f"{t.shape}, distance_m {dist.shape}")
         keep = valid & np.isfinite(dist) & (dist > 0) & np.all(np.isfinite(direction), axis=1)
         out = {"xyz": direction[keep] * dist[keep, None], "t": t[keep], "dist": dist[keep],
                "intensity": np.clip(np.nan_to_num(intensity[keep], nan=0.0), 0.0, 1.0), "n_returns": n_returns}
         if element is not None:
             if element.shape != (n, 2):
-                raise _FieldError(f"{field_}.model_element", f"must be [N, 2], got {element.shape}")
+                raise FieldError(f"{field_}.model_element", f"must be [N, 2], got {element.shape}")
             out["row"] = element[keep, 0]
         return out
 
@@ -937,7 +904,7 @@ class _Converter:
                 model, info = self._model_from_params(inst.name, params), {"method": "ncore-model"}
             else:
                 model, info = self._estimate_model(inst, usable)
-        except _FieldError as exc:
+        except FieldError as exc:
             self.found.add(inst.file if exc.field.startswith("lidars/") else intrinsics.file, exc.field, exc.message)
             return None
 
@@ -948,7 +915,7 @@ class _Converter:
         for start, end in usable:
             try:
                 s = self._sweep(inst, end)
-            except _FieldError as exc:
+            except FieldError as exc:
                 self.found.add(inst.file, exc.field, exc.message)
                 continue
             multi = max(multi, s["n_returns"])
@@ -960,8 +927,8 @@ class _Converter:
                                    f"rows {np.unique(channel[bad])[:5].tolist()} outside the model's {len(table)} rows")
                     continue
             else:
-                el = np.degrees(np.arctan2(s["xyz"][:, 2], np.hypot(s["xyz"][:, 0], s["xyz"][:, 1])))
-                channel = _nearest(el, table)
+                _, el, _ = sweep_cache.spherical(s["xyz"])
+                channel = sweep_cache.nearest_channel(el, table)
             if len(s["t"]) and (s["t"].min() < start or s["t"].max() > end):
                 self.found.add(inst.file, f"lidars/{inst.name}.frames[{end}].ray_bundle.timestamp_us",
                                f"ray times {s['t'].min()}..{s['t'].max()} lie outside the frame {start}..{end}")
@@ -976,12 +943,9 @@ class _Converter:
             return None
         if multi > 1:
             info["returns"] = f"first of {multi} returns imported"
-        if not math.isfinite(r_min):
-            r_min, r_max = 0.0, 1.0
-        min_range = max(0.0, math.floor(r_min * 10) / 10)
+        min_range, max_range = sweep_cache.range_limits(r_min, r_max)
         spec = {"id": lid_id, "model": "spinning", "T_rig_lidar": T_rig_lidar.tolist(), **model,
-                "min_range_m": min_range, "max_range_m": float(max(math.ceil(r_max), min_range + 1.0)),
-                "sweeps": sweeps}
+                "min_range_m": min_range, "max_range_m": max_range, "sweeps": sweeps}
         return spec, info
 
     def _model_from_params(self, name: str, p: Any) -> dict[str, Any]:
@@ -1012,12 +976,12 @@ class _Converter:
 
     def _estimate_model(self, inst: _Instance, usable: list[tuple[int, int]]) -> tuple[dict[str, Any], dict[str, Any]]:
         """A spinning model for a lidar without one: the table from the points, spin from the ray times."""
-        pick = np.unique(np.linspace(0, len(usable) - 1, min(len(usable), TABLE_SAMPLE_SWEEPS)).round().astype(int))
+        pick = sweep_cache.sample_indices(len(usable))
         els, rngs, sample = [], [], None
         for i in pick:
             s = self._sweep(inst, usable[i][1])
             xyz = s["xyz"]
-            el = np.degrees(np.arctan2(xyz[:, 2], np.hypot(xyz[:, 0], xyz[:, 1])))
+            _, el, _ = sweep_cache.spherical(xyz)
             step = max(1, len(el) // 200_000)
             els.append(el[::step])
             rngs.append(s["dist"][::step])
@@ -1050,16 +1014,9 @@ class _Converter:
             if len(first):
                 b = int(first[0])
                 model["start_azimuth_deg"] = float((means[b] - sign * 360.0 * (b + 0.5) / 16 + 180.0) % 360.0 - 180.0)
-            ch = _nearest(np.degrees(np.arctan2(s["xyz"][:, 2], np.hypot(s["xyz"][:, 0], s["xyz"][:, 1]))), table)
-            gaps = []
-            for c in np.unique(ch):
-                a = np.sort(az[ch == c])
-                d = np.diff(a)
-                d = d[d > 1e-4]
-                if len(d) >= 50:
-                    gaps.append(np.median(d))
-            if gaps:
-                model["columns"] = int(np.clip(round(360.0 / float(np.median(gaps))), 16, 16384))
+            columns = sweep_cache.ring_columns(s["xyz"], table)
+            if columns is not None:
+                model["columns"] = columns
         info = {"method": method, "note": "no lidar model in the sequence: the channel table is estimated from the "
                                           "points, rotation / start azimuth / columns from the ray times; the points "
                                           "and their times are kept exactly"}
@@ -1135,18 +1092,6 @@ class _Converter:
         if not self.rig_interval[0] <= t_us <= self.rig_interval[1]:
             return None
         return self.T_world_rig_at(np.array([t_us]))[0] @ T_rig
-
-
-def _nearest(elevation_deg: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """Index into ``table`` (any order) of the elevation nearest to each point's. ``[N]`` -> ``[N]`` int64."""
-    table = np.asarray(table, dtype=np.float64)
-    if len(table) == 1 or len(elevation_deg) == 0:
-        return np.zeros(len(elevation_deg), dtype=np.int64)
-    order = np.argsort(table, kind="stable")
-    asc = table[order]
-    i = np.clip(np.searchsorted(asc, elevation_deg), 1, len(asc) - 1)
-    nearest = np.where(np.abs(elevation_deg - asc[i - 1]) <= np.abs(asc[i] - elevation_deg), i - 1, i)
-    return order[nearest].astype(np.int64)
 
 
 def _jsonable(value: Any) -> Any:

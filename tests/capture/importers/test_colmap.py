@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import struct
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +19,14 @@ import pytest
 import torch
 from PIL import Image
 
-from nurec_usd.capture import Camera, Capture, CaptureError, load_capture
-from nurec_usd.capture.importers import colmap, detect_format, load_any
-from nurec_usd.sensors.se3 import interpolate_poses, matrix_to_quat
+if str(Path(__file__).resolve().parent) not in sys.path:  # also when loaded by file path (tests/train)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-REPO = Path(__file__).resolve().parents[3]
-SAMPLE = REPO / "samples" / "tiny"
+import importer_helpers as helpers  # noqa: E402
+from importer_helpers import SAMPLE, camera_to_world, world_points  # noqa: E402
+from nurec_usd.capture import Camera, Capture, CaptureError  # noqa: E402
+from nurec_usd.capture.importers import colmap  # noqa: E402
+from nurec_usd.sensors.se3 import matrix_to_quat  # noqa: E402
 
 # sample camera -> (COLMAP camera id, COLMAP model); ids deliberately non-contiguous.
 CAMERAS = {"front": (1, "PINHOLE"), "front_left": (5, "FULL_OPENCV"), "rear_fisheye": (9, "OPENCV_FISHEYE")}
@@ -31,43 +34,7 @@ MODEL_IDS = {"SIMPLE_PINHOLE": 0, "PINHOLE": 1, "SIMPLE_RADIAL": 2, "RADIAL": 3,
              "FULL_OPENCV": 6, "FOV": 7, "SIMPLE_RADIAL_FISHEYE": 8, "RADIAL_FISHEYE": 9, "THIN_PRISM_FISHEYE": 10,
              "SIMPLE_FISHEYE": 14, "FISHEYE": 15}
 
-
-# --------------------------------------------------------------------------------------
-# The native sample, as absolute (not re-centred) camera poses and world points
-
-
-@pytest.fixture(scope="module")
-def native() -> Capture:
-    return load_capture(SAMPLE)
-
-
-def rig_pose(cap: Capture, t_us: int) -> np.ndarray:
-    """T_world_rig (re-centred world) at a time, interpolated like every consumer does."""
-    T = interpolate_poses(torch.from_numpy(cap.seconds(cap.rig.timestamps_us)), torch.from_numpy(cap.rig.T_world_rig),
-                          torch.tensor(cap.seconds(t_us), dtype=torch.float64))
-    return T.numpy()
-
-
-def native_camera_to_world(cap: Capture, cam: Camera, t_us: int) -> np.ndarray:
-    """Absolute camera-to-world (the coordinates the capture was written in)."""
-    T = rig_pose(cap, t_us) @ cam.T_rig_camera
-    T[:3, 3] += cap.world_offset_m
-    return T
-
-
-def imported_camera_to_world(cap: Capture, cam: Camera, t_us: int) -> np.ndarray:
-    T = rig_pose(cap, t_us) @ cam.T_rig_camera
-    T[:3, 3] += cap.world_offset_m
-    return T
-
-
-def world_points(cap: Capture, step: int = 4) -> np.ndarray:
-    """Lidar points of the first sweep in the absolute world: float64 [N, 3]."""
-    lidar = cap.lidars["top"]
-    sweep = lidar.load_sweep(0)
-    T = rig_pose(cap, lidar.sweeps[0].timestamp_us) @ lidar.T_rig_lidar
-    p = sweep.points[::step].astype(np.float64)
-    return p @ T[:3, :3].T + T[:3, 3] + cap.world_offset_m
+native = helpers.native  # the fixture: the bundled sample, loaded natively
 
 
 def colours(n: int) -> np.ndarray:
@@ -162,7 +129,7 @@ def write_workspace(native: Capture, root: Path, binary: bool) -> dict:
             name = f"{cid}/{frame.timestamp_us}.png"
             (root / "images" / str(cid)).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(frame.image_path, root / "images" / name)
-            T = native_camera_to_world(native, cam, frame.timestamp_us)
+            T = camera_to_world(native, cam, frame.timestamp_us)
             q, t = world_to_camera(T)
             images.append((image_id, q, t, cid, name))
             truth[name] = (cam_name, T)
@@ -184,17 +151,6 @@ def workspace(request, native, tmp_path_factory) -> tuple[Path, dict]:
 # Round trip
 
 
-def assert_same_intrinsics(imported: Camera, native_cam: Camera) -> None:
-    assert imported.model == native_cam.model
-    assert (imported.width, imported.height) == (native_cam.width, native_cam.height)
-    optional = {"k3": 0.0, "k4": 0.0, "k5": 0.0, "k6": 0.0} if imported.model == "opencv" else {}
-    a = {**optional, **imported.intrinsics}
-    b = {**optional, **native_cam.intrinsics}
-    assert a.keys() == b.keys()
-    for key in a:
-        assert a[key] == pytest.approx(b[key], abs=1e-6), key
-
-
 def test_poses_intrinsics_and_points_round_trip(workspace, native):
     root, truth = workspace
     cap = colmap.load(root)
@@ -211,7 +167,7 @@ def test_poses_intrinsics_and_points_round_trip(workspace, native):
     for cam_name, (cid, _) in CAMERAS.items():
         cam = cap.cameras[f"camera_{cid}"]
         native_cam = native.cameras[cam_name]
-        assert_same_intrinsics(cam, native_cam)
+        helpers.assert_same_intrinsics(cam, native_cam)
         np.testing.assert_array_equal(cam.T_rig_camera, np.eye(4))
         assert cam.rolling_shutter.direction == "global" and cam.rolling_shutter.readout_time_us == 0
         assert len(cam.frames) == len(native_cam.frames)
@@ -221,51 +177,25 @@ def test_poses_intrinsics_and_points_round_trip(workspace, native):
             written_cam, T_true = truth["images"][name]
             assert written_cam == cam_name
             assert frame.timestamp_us == colmap.START_US + colmap.FRAME_INTERVAL_US * names.index(name)
-            np.testing.assert_allclose(imported_camera_to_world(cap, cam, frame.timestamp_us), T_true, atol=1e-6)
+            np.testing.assert_allclose(camera_to_world(cap, cam, frame.timestamp_us), T_true, atol=1e-6)
             assert frame.mask_path is None
     assert cap.cameras["camera_1"].frames[0].load_image().shape == (180, 320, 3)
 
-    sfm = cap.metadata["sfm_points"]
-    assert sfm["xyz"].dtype == np.float64 and sfm["rgb"].dtype == np.uint8
-    np.testing.assert_allclose(sfm["xyz"] + cap.world_offset_m, truth["xyz"], atol=1e-6)
-    np.testing.assert_array_equal(sfm["rgb"], truth["rgb"])
+    helpers.assert_sfm_points(cap, truth)
     assert cap.metadata["source_format"] == "colmap"
 
 
 def test_points_project_onto_the_same_pixels(workspace, native):
     root, _ = workspace
     cap = colmap.load(root)
-    points = world_points(native, step=2)
-    for cam_name, (cid, _) in CAMERAS.items():
-        native_cam, cam = native.cameras[cam_name], cap.cameras[f"camera_{cid}"]
-        native_model = native_cam.sensor_model(dtype=torch.float64)
-        model = cam.sensor_model(dtype=torch.float64)
-        seen = 0
-        for native_frame, frame in zip(native_cam.frames, cam.frames):
-            T_native = native_camera_to_world(native, native_cam, native_frame.timestamp_us)
-            T_imported = imported_camera_to_world(cap, cam, frame.timestamp_us)
-            # Points in each camera frame, computed from the world each capture uses.
-            p_native = (points - T_native[:3, 3]) @ T_native[:3, :3]
-            p_imported = (points - T_imported[:3, 3]) @ T_imported[:3, :3]
-            uv_n, ok_n = native_model.project(torch.from_numpy(p_native))
-            uv_i, ok_i = model.project(torch.from_numpy(p_imported))
-            assert torch.equal(ok_n, ok_i)
-            torch.testing.assert_close(uv_i[ok_i], uv_n[ok_n], atol=1e-6, rtol=0)
-            seen += int(ok_n.sum())
-        assert seen > 1000, f"{cam_name}: too few points in view to compare ({seen})"
+    cameras = {cam_name: cap.cameras[f"camera_{cid}"] for cam_name, (cid, _) in CAMERAS.items()}
+    helpers.assert_points_project_alike(native, cap, cameras, world_points(native, step=2))
 
 
 def test_detects_the_workspace_its_sparse_folder_and_the_model_folder(workspace, native):
     root, truth = workspace
-    reference = colmap.load(root)
-    for path in (root, root / "sparse", root / "sparse" / "0"):
-        assert colmap.detect(path)
-        assert detect_format(path) == "colmap"
-        cap = load_any(path)
-        assert cap.root == root
-        np.testing.assert_array_equal(cap.rig.T_world_rig, reference.rig.T_world_rig)
-    assert not colmap.detect(SAMPLE)
-    assert not colmap.detect(root / "images")
+    loaded = helpers.assert_detected(colmap, [root, root / "sparse", root / "sparse" / "0"], [SAMPLE, root / "images"])
+    assert all(cap.root == root for cap in loaded)
 
 
 # --------------------------------------------------------------------------------------

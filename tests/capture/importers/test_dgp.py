@@ -19,23 +19,21 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import REPO, shared_data_dir
-from nurec_usd.capture import Capture, CaptureError, load_capture
+import importer_helpers as helpers
+from conftest import shared_data_dir
+from importer_helpers import SAMPLE, assert_sweeps_land_alike, load_private, poses_at, private_cache_env
+from nurec_usd.capture import Capture, CaptureError
 from nurec_usd.capture.importers import detect_format, dgp, load_any
-from nurec_usd.sensors import interpolate_poses, matrix_to_quat
+from nurec_usd.sensors import matrix_to_quat
 
-TINY = REPO / "samples" / "tiny"
 DGP_CAMERAS = ("front", "front_left")  # the pinhole and opencv cameras: DGP has no fisheye / f-theta
 CALIBRATION_KEY = "c0ffee"
 ONTOLOGY_KEY = "0b1ec7"
 SCENE_JSON = "scene_0123abcd.json"
 CLASSES = {"car": (2, "Car"), "pedestrian": (0, "Person")}
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    """Converted sweeps go to a test cache, never to the user's ~/.cache."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg_cache"))
+native = helpers.native  # the fixture: the bundled sample, loaded natively
+private_cache = helpers.private_cache  # autouse: converted sweeps go to a test cache, never to ~/.cache
 
 
 # --------------------------------------------------------------------------------------
@@ -53,13 +51,6 @@ def _pose(T: np.ndarray) -> dict:
     q = matrix_to_quat(torch.from_numpy(np.ascontiguousarray(T[:3, :3]))).numpy()
     return {"rotation": {"qw": float(q[0]), "qx": float(q[1]), "qy": float(q[2]), "qz": float(q[3])},
             "translation": {"x": float(T[0, 3]), "y": float(T[1, 3]), "z": float(T[2, 3])}}
-
-
-def _poses_at(key_us: np.ndarray, key_T: np.ndarray, t_us: np.ndarray | int) -> np.ndarray:
-    """Interpolated poses (the capture format's slerp/lerp) at microsecond times. ``[...]`` -> ``[..., 4, 4]``."""
-    t0 = int(key_us[0])
-    return interpolate_poses(torch.from_numpy((key_us - t0) * 1e-6), torch.from_numpy(key_T),
-                             torch.as_tensor((np.asarray(t_us, dtype=np.int64) - t0) * 1e-6)).numpy()
 
 
 def write_dgp(native: Capture, out: Path) -> Path:
@@ -100,7 +91,7 @@ def write_dgp(native: Capture, out: Path) -> Path:
 
     for cam, name in zip(cams, names[1:]):
         (scene_dir / "rgb" / name).mkdir(parents=True)
-        poses = _poses_at(rig_us, rig_T, cam.timestamps_us) @ cam.T_rig_camera
+        poses = poses_at(rig_us, rig_T, cam.timestamps_us) @ cam.T_rig_camera
         for frame, T in zip(cam.frames, poses):
             rel = f"rgb/{name}/{frame.timestamp_us}{frame.image_path.suffix}"
             shutil.copyfile(frame.image_path, scene_dir / rel)
@@ -114,9 +105,9 @@ def write_dgp(native: Capture, out: Path) -> Path:
     for i, sweep_file in enumerate(lidar.sweeps):
         ts = sweep_file.timestamp_us
         sweep = lidar.load_sweep(i)
-        T_w_l_at_ts = _poses_at(rig_us, rig_T, ts) @ lidar.T_rig_lidar
+        T_w_l_at_ts = poses_at(rig_us, rig_T, ts) @ lidar.T_rig_lidar
         times, per_point = np.unique(sweep.timestamps_us, return_inverse=True)  # one per column
-        T_w_l = _poses_at(rig_us, rig_T, times) @ lidar.T_rig_lidar
+        T_w_l = poses_at(rig_us, rig_T, times) @ lidar.T_rig_lidar
         T = (np.linalg.inv(T_w_l_at_ts) @ T_w_l)[per_point]  # [N, 4, 4]: each point's firing pose
         p = sweep.points.astype(np.float64)
         p_ts = np.einsum("nij,nj->ni", T[:, :3, :3], p) + T[:, :3, 3]
@@ -128,7 +119,7 @@ def write_dgp(native: Capture, out: Path) -> Path:
                 continue
             key_T = track.T_world_box.copy()
             key_T[:, :3, 3] += native.world_offset_m
-            T_l_box = np.linalg.inv(T_w_l_at_ts) @ _poses_at(track.timestamps_us, key_T, ts)
+            T_l_box = np.linalg.inv(T_w_l_at_ts) @ poses_at(track.timestamps_us, key_T, ts)
             L, W, H = track.size_m
             boxes.append({"class_id": CLASSES[track.label][0], "instance_id": instance[tid], "num_points": 0,
                           "attributes": {}, "box": {"pose": _pose(T_l_box), "length": float(L), "width": float(W),
@@ -151,11 +142,6 @@ def write_dgp(native: Capture, out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def native() -> Capture:
-    return load_capture(TINY)
-
-
-@pytest.fixture(scope="module")
 def dgp_dataset(native, tmp_path_factory) -> Path:
     """``samples/tiny`` written as a DGP dataset (its json). Do not modify it."""
     return write_dgp(native, tmp_path_factory.mktemp("dgp") / "tiny_dgp")
@@ -171,9 +157,7 @@ def dgp_copy(dgp_dataset, tmp_path) -> Path:
 
 @pytest.fixture(scope="module")
 def imported(dgp_dataset, tmp_path_factory) -> Capture:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg_cache"))
-        return load_any(dgp_dataset)
+    return load_private(dgp_dataset, tmp_path_factory)
 
 
 # --------------------------------------------------------------------------------------
@@ -185,7 +169,7 @@ def test_detects_datasets_and_scenes(dgp_dataset):
     for path in (dgp_dataset, dgp_dataset.parent, scene_dir, scene_dir / SCENE_JSON):
         assert dgp.detect(path), path
         assert detect_format(path) == "dgp"
-    assert not dgp.detect(TINY)
+    assert not dgp.detect(SAMPLE)
     assert not dgp.detect(scene_dir / "calibration")
 
 
@@ -194,7 +178,7 @@ def test_round_trip_poses_and_intrinsics(native, imported):
     # The rig keys are the datum times (all of them the native capture's sweep and frame times);
     # at each, the vehicle pose is the native one, in the same (un-centred) world.
     np.testing.assert_allclose(imported.world_offset_m, native.world_offset_m, atol=1e-6)
-    expected = _poses_at(native.rig.timestamps_us, native.rig.T_world_rig, imported.rig.timestamps_us)
+    expected = poses_at(native.rig.timestamps_us, native.rig.T_world_rig, imported.rig.timestamps_us)
     np.testing.assert_allclose(imported.rig.T_world_rig, expected, atol=1e-6)
     for name in DGP_CAMERAS:
         a, b = native.cameras[name], imported.cameras[name.upper()]
@@ -215,36 +199,14 @@ def test_round_trip_tracks_keep_box_conventions(native, imported):
         assert b.label == a.label
         np.testing.assert_allclose(b.size_m, a.size_m)  # length, width, height: not DGP's (W, L, H) order
         assert np.all(np.diff(b.timestamps_us) > 0)
-        expected = _poses_at(a.timestamps_us, a.T_world_box, b.timestamps_us)
+        expected = poses_at(a.timestamps_us, a.T_world_box, b.timestamps_us)
         np.testing.assert_allclose(b.T_world_box, expected, atol=1e-6)
 
 
 def test_lidar_points_land_on_the_same_pixels(native, imported):
     """Each sweep into the pinhole camera at the same time: the native points at their own
     firing times, the imported ones (all at the sweep time) through the imported poses."""
-    cam_n, cam_i = native.cameras["front"], imported.cameras["FRONT"]
-    lid_n, lid_i = native.lidars["top"], imported.lidars["TOP"]
-    model_n, model_i = cam_n.sensor_model(dtype=torch.float64), cam_i.sensor_model(dtype=torch.float64)
-    compared = 0
-    for k in (0, 4, 9):
-        t_frame = int(cam_n.timestamps_us[k])
-        results = []
-        for cap, cam, lid, model in ((native, cam_n, lid_n, model_n), (imported, cam_i, lid_i, model_i)):
-            sweep = lid.load_sweep(k)
-            times, per_point = np.unique(sweep.timestamps_us, return_inverse=True)
-            T_w_l = (_poses_at(cap.rig.timestamps_us, cap.rig.T_world_rig, times) @ lid.T_rig_lidar)[per_point]
-            T_c_w = np.linalg.inv(_poses_at(cap.rig.timestamps_us, cap.rig.T_world_rig, t_frame) @ cam.T_rig_camera)
-            T = T_c_w @ T_w_l
-            p = np.einsum("nij,nj->ni", T[:, :3, :3], sweep.points.astype(np.float64)) + T[:, :3, 3]
-            uv, ok = model.project(torch.from_numpy(p))
-            results.append((uv.numpy(), ok.numpy() & (p[:, 2] > 0.5)))
-        (uv_n, ok_n), (uv_i, ok_i) = results
-        assert len(uv_n) == len(uv_i)  # same points, same order
-        both = ok_n & ok_i
-        assert both.sum() > 100 and (ok_n != ok_i).sum() <= 0.001 * len(ok_n)
-        np.testing.assert_allclose(uv_i[both], uv_n[both], atol=0.02)
-        compared += int(both.sum())
-    assert compared > 1000
+    assert_sweeps_land_alike(native, imported, ("front", "FRONT"), ("top", "TOP"), atol=0.02)
 
 
 def test_round_trip_lidar_model_and_sweeps(native, imported):
@@ -369,9 +331,8 @@ def _real_sample() -> Path:
 @pytest.fixture(scope="module")
 def real(tmp_path_factory) -> Capture:
     root = _real_sample()
-    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings(record=True) as caught:
+    with private_cache_env(tmp_path_factory), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg_cache"))
         cap = dgp.load(root)
     cap.metadata["caught"] = [str(w.message) for w in caught if issubclass(w.category, dgp.DGPWarning)]
     return cap
@@ -459,11 +420,11 @@ def test_real_lidar_projects_onto_matching_pixels(real):
     rig_us, rig_T = real.rig.timestamps_us, real.rig.T_world_rig
     k = 0
     sweep = lidar.load_sweep(k)
-    T_w_l = _poses_at(rig_us, rig_T, lidar.sweeps[k].timestamp_us) @ lidar.T_rig_lidar
+    T_w_l = poses_at(rig_us, rig_T, lidar.sweeps[k].timestamp_us) @ lidar.T_rig_lidar
     p_w = sweep.points.astype(np.float64) @ T_w_l[:3, :3].T + T_w_l[:3, 3]
 
     def project(camera, T_rig_camera):
-        T_c_w = np.linalg.inv(_poses_at(rig_us, rig_T, camera.frames[k].timestamp_us) @ T_rig_camera)
+        T_c_w = np.linalg.inv(poses_at(rig_us, rig_T, camera.frames[k].timestamp_us) @ T_rig_camera)
         p = p_w @ T_c_w[:3, :3].T + T_c_w[:3, 3]
         front = p[:, 2] > 2.0  # project only what can be seen (keeps the test fast)
         uv = np.zeros((len(p), 2), dtype=int)

@@ -28,13 +28,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from conftest import REPO
-from nurec_usd.capture import Capture, CaptureError, format_summary, load_capture
-from nurec_usd.capture.importers import detect_format, kitti, load_any
+import importer_helpers as helpers
+from importer_helpers import SAMPLE, assert_sweeps_land_alike, load_private
+from nurec_usd.capture import Capture, CaptureError, format_summary
+from nurec_usd.capture.importers import detect_format, kitti
 
-TINY = REPO / "samples" / "tiny"
 DATE = "2011_09_26"
 DRIVE = f"{DATE}_drive_0001_sync"
 EARTH_RADIUS_M = 6378137.0
@@ -44,11 +43,8 @@ T_03 = np.array([-0.4731, 0.0021, 0.0031])  # rectified camera 3's
 K_03 = (231.5, 231.5, 161.25, 91.75)  # fx fy cx cy of camera 3
 SWEEP_US = 100_000
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    """Converted scans go to a test cache, never to the user's ~/.cache."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg_cache"))
+native = helpers.native  # the fixture: the bundled sample, loaded natively
+private_cache = helpers.private_cache  # autouse: converted scans go to a test cache, never to ~/.cache
 
 
 # --------------------------------------------------------------------------------------
@@ -232,11 +228,6 @@ def write_kitti(native: Capture, out: Path, oxts: bool = True) -> dict:
 
 
 @pytest.fixture(scope="module")
-def native() -> Capture:
-    return load_capture(TINY)
-
-
-@pytest.fixture(scope="module")
 def kitti_drive(native, tmp_path_factory) -> dict:
     """``samples/tiny`` as a KITTI drive with oxts. Do not modify it."""
     return write_kitti(native, tmp_path_factory.mktemp("kitti"))
@@ -255,23 +246,17 @@ def drive_copy(kitti_drive, tmp_path) -> Path:
     return tmp_path / DATE / DRIVE
 
 
-def _load_private(path: Path, tmp_path_factory) -> Capture:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg_cache"))
-        return load_any(path)
-
-
 @pytest.fixture(scope="module")
 def imported(kitti_drive, tmp_path_factory) -> Capture:
     with warnings.catch_warnings():
         warnings.simplefilter("error", kitti.KITTIWarning)  # a clean drive loads without warnings
-        return _load_private(kitti_drive["drive"], tmp_path_factory)
+        return load_private(kitti_drive["drive"], tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def imported_icp(kitti_drive_no_oxts, tmp_path_factory) -> Capture:
     with pytest.warns(kitti.KITTIWarning, match="estimated from the scans by ICP"):
-        return _load_private(kitti_drive_no_oxts["drive"], tmp_path_factory)
+        return load_private(kitti_drive_no_oxts["drive"], tmp_path_factory)
 
 
 def _rotation_error_deg(Ra: np.ndarray, Rb: np.ndarray) -> float:
@@ -336,7 +321,7 @@ def test_detects_drive_and_date_folders(kitti_drive):
     for path in (drive, drive.parent):
         assert kitti.detect(path), path
         assert detect_format(path) == "kitti"
-    assert not kitti.detect(TINY) and not kitti.detect(drive / "image_02") and not kitti.detect(drive / "calib_x")
+    assert not kitti.detect(SAMPLE) and not kitti.detect(drive / "image_02") and not kitti.detect(drive / "calib_x")
 
 
 def test_round_trip_poses_and_intrinsics(native, imported):
@@ -389,26 +374,8 @@ def test_lidar_points_land_on_the_same_pixels(native, kitti_drive, imported):
     """Each sweep into the pinhole camera at the frame's time: the native points at their
     firing times through the native poses; the imported ones at the times the importer gives
     them (from their azimuths) through the poses it made from the oxts records."""
-    cam_n, cam_i = native.cameras["front"], imported.cameras["image_02"]
-    lid_n, lid_i = native.lidars["top"], imported.lidars["velodyne"]
-    model_n, model_i = cam_n.sensor_model(dtype=torch.float64), cam_i.sensor_model(dtype=torch.float64)
-    compared = 0
-    for k in (0, 4, 9):
-        t_frame = int(cam_n.timestamps_us[k])
-        results = []
-        for cap, cam, lid, model, keep in ((native, cam_n, lid_n, model_n, kitti_drive["kept"][k]),
-                                           (imported, cam_i, lid_i, model_i, slice(None))):
-            world = _world_points(cap, lid, lid.load_sweep(k))[keep]
-            T_c_w = np.linalg.inv(_poses_at(cap.rig.timestamps_us, cap.rig.T_world_rig, t_frame) @ cam.T_rig_camera)
-            p = world @ T_c_w[:3, :3].T + T_c_w[:3, 3]
-            uv, ok = model.project(torch.from_numpy(p))
-            results.append((uv.numpy(), ok.numpy() & (p[:, 2] > 0.5)))
-        (uv_n, ok_n), (uv_i, ok_i) = results
-        both = ok_n & ok_i
-        assert both.sum() > 100 and (ok_n != ok_i).sum() <= 0.001 * len(ok_n)
-        np.testing.assert_allclose(uv_i[both], uv_n[both], atol=0.02)  # pixels
-        compared += int(both.sum())
-    assert compared > 1000
+    assert_sweeps_land_alike(native, imported, ("front", "image_02"), ("top", "velodyne"), atol=0.02,
+                             kept=kitti_drive["kept"])
 
 
 def test_rig_is_extrapolated_to_cover_the_scans(native, drive_copy, tmp_path_factory):
@@ -419,7 +386,7 @@ def test_rig_is_extrapolated_to_cover_the_scans(native, drive_copy, tmp_path_fac
         (oxts / "data" / f"{k:010d}.txt").unlink()
     lines = (oxts / "timestamps.txt").read_text().splitlines()
     (oxts / "timestamps.txt").write_text("\n".join(lines[:19]) + "\n")
-    cap = _load_private(drive_copy, tmp_path_factory)
+    cap = load_private(drive_copy, tmp_path_factory)
     assert cap.end_us == native.end_us and cap.metadata["kitti"]["rig_extrapolated_s"] == [0.0, 0.1]
     end = cap.rig.T_world_rig[-1]
     assert np.linalg.norm(end[:3, 3] - native.rig.T_world_rig[-1, :3, 3]) < 0.02
@@ -432,7 +399,7 @@ def test_revolutions_without_start_and_end_files(native, drive_copy, tmp_path_fa
     for name in ("timestamps_start.txt", "timestamps_end.txt"):
         (drive_copy / "velodyne_points" / name).unlink()
     with pytest.warns(kitti.KITTIWarning, match="centred on its timestamps.txt"):
-        cap = _load_private(drive_copy, tmp_path_factory)
+        cap = load_private(drive_copy, tmp_path_factory)
     np.testing.assert_array_equal(cap.lidars["velodyne"].timestamps_us, native.lidars["top"].timestamps_us)
     _check_times_covered(cap)
 
@@ -441,7 +408,7 @@ def test_converted_scans_are_cached(kitti_drive, imported, tmp_path_factory):
     folder = imported.lidars["velodyne"].sweeps[0].path.parent
     assert folder.parent == tmp_path_factory.getbasetemp() / "xdg_cache" / "nurec_usd" / "imports"
     before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
-    again = _load_private(kitti_drive["drive"], tmp_path_factory)
+    again = load_private(kitti_drive["drive"], tmp_path_factory)
     assert again.lidars["velodyne"].sweeps[0].path.parent == folder
     assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == before
 
@@ -449,7 +416,7 @@ def test_converted_scans_are_cached(kitti_drive, imported, tmp_path_factory):
 def test_calibration_inside_the_drive_folder(drive_copy, tmp_path_factory, imported):
     for name in kitti.CALIB_FILES:
         shutil.move(drive_copy.parent / name, drive_copy / name)
-    cap = _load_private(drive_copy, tmp_path_factory)
+    cap = load_private(drive_copy, tmp_path_factory)
     np.testing.assert_allclose(cap.cameras["image_02"].T_rig_camera, imported.cameras["image_02"].T_rig_camera)
 
 

@@ -51,13 +51,12 @@ from ncore.impl.common.transformations import HalfClosedInterval, pose_bbox  # n
 from ncore.sensors import camera_model_from_parameters  # noqa: E402
 from upath import UPath  # noqa: E402
 
-from conftest import REPO  # noqa: E402
-from nurec_usd.capture import Capture, CaptureError, load_capture  # noqa: E402
+import importer_helpers as helpers  # noqa: E402
+from importer_helpers import SAMPLE, assert_sweeps_land_alike, poses_at, private_cache_env  # noqa: E402
+from nurec_usd.capture import Capture, CaptureError  # noqa: E402
 from nurec_usd.capture.importers import detect_format, load_any  # noqa: E402
 from nurec_usd.capture.importers import ncore as importer  # noqa: E402
-from nurec_usd.sensors import interpolate_poses  # noqa: E402
 
-TINY = REPO / "samples" / "tiny"
 BASE = "tiny"
 SHUTTERS = {"global": "GLOBAL", "top_to_bottom": "ROLLING_TOP_TO_BOTTOM", "bottom_to_top": "ROLLING_BOTTOM_TO_TOP",
             "left_to_right": "ROLLING_LEFT_TO_RIGHT", "right_to_left": "ROLLING_RIGHT_TO_LEFT"}
@@ -67,21 +66,12 @@ FISHEYE_MAX_ANGLE = math.radians(100.0)
 TILT = np.array([[1.0, 0, 0, 0], [0, 0, -1, 0], [0, 1, 0, 0], [0, 0, 0, 1]])
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    """Converted sequences go to a test cache, never to the user's ~/.cache."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg_cache"))
+native = helpers.native  # the fixture: the bundled sample, loaded natively
+private_cache = helpers.private_cache  # autouse: converted sequences go to a test cache, never to ~/.cache
 
 
 # --------------------------------------------------------------------------------------
 # Writing samples/tiny with ncore's writer API
-
-
-def _poses_at(key_us: np.ndarray, key_T: np.ndarray, t_us: np.ndarray | int) -> np.ndarray:
-    """Interpolated poses (the capture format's slerp/lerp) at microsecond times. ``[...]`` -> ``[..., 4, 4]``."""
-    t0 = int(key_us[0])
-    return interpolate_poses(torch.from_numpy((key_us - t0) * 1e-6), torch.from_numpy(key_T),
-                             torch.as_tensor((np.asarray(t_us, dtype=np.int64) - t0) * 1e-6)).numpy()
 
 
 def _f32(*values) -> np.ndarray:
@@ -194,7 +184,7 @@ def write_ncore(native: Capture, out: Path, *, tilt: np.ndarray | None = None, l
                 ref = "world"
             else:  # a box in the lidar frame at the box's time
                 ref = lid.id
-                T = np.linalg.inv(_poses_at(rig_us, T_world_rig, t) @ lid.T_rig_lidar) @ T
+                T = np.linalg.inv(poses_at(rig_us, T_world_rig, t) @ lid.T_rig_lidar) @ T
             bbox = BBox3.from_array(pose_bbox(T, np.asarray(track.size_m, dtype=np.float64)))
             observations.append(CuboidTrackObservation(
                 track_id=track.id, class_id="car" if n == 0 else "automobile", timestamp_us=int(t),
@@ -203,11 +193,6 @@ def write_ncore(native: Capture, out: Path, *, tilt: np.ndarray | None = None, l
     cuboids.store_observations(observations)
     writer.finalize()
     return out
-
-
-@pytest.fixture(scope="module")
-def native() -> Capture:
-    return load_capture(TINY)
 
 
 @pytest.fixture(scope="module")
@@ -224,9 +209,8 @@ def sequence_copy(sequence, tmp_path) -> Path:
 
 
 def _load(path: Path, tmp_path_factory) -> tuple[Capture, list[str]]:
-    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings(record=True) as caught:
+    with private_cache_env(tmp_path_factory), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg_cache"))
         capture = load_any(path)
     return capture, [str(w.message) for w in caught if issubclass(w.category, importer.NCoreWarning)]
 
@@ -261,7 +245,7 @@ def test_detects_folders_stores_and_meta_json(sequence, tmp_path):
     for path in (sequence, sequence / stores[0], meta):
         assert importer.detect(path), path
     assert detect_format(sequence) == "ncore"
-    assert not importer.detect(TINY) and not importer.detect(TINY / "capture.json")
+    assert not importer.detect(SAMPLE) and not importer.detect(SAMPLE / "capture.json")
     (tmp_path / "other.json").write_text('{"version": "v3"}')
     assert not importer.detect(tmp_path / "other.json") and not importer.detect(tmp_path)
 
@@ -331,38 +315,9 @@ def test_camera_models_agree_with_ncores_own_projection(native, imported, name):
     np.testing.assert_allclose(uv_i.numpy()[ok], uv.numpy()[ok], atol=2e-3)  # float32 intrinsics
 
 
-def _project_sweeps(cap: Capture, camera: str, sweeps=(0, 4, 9)) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Each sweep's points, at their own firing times, into ``camera`` at the frame of the same index."""
-    cam, lid = cap.cameras[camera], cap.lidars["top"]
-    model = cam.sensor_model(dtype=torch.float64)
-    out = []
-    for k in sweeps:
-        t_frame = int(cam.timestamps_us[k])
-        sweep = lid.load_sweep(k)
-        times, per_point = np.unique(sweep.timestamps_us, return_inverse=True)
-        T_w_l = (_poses_at(cap.rig.timestamps_us, cap.rig.T_world_rig, times) @ lid.T_rig_lidar)[per_point]
-        T_c_w = np.linalg.inv(_poses_at(cap.rig.timestamps_us, cap.rig.T_world_rig, t_frame) @ cam.T_rig_camera)
-        T = T_c_w @ T_w_l
-        p = np.einsum("nij,nj->ni", T[:, :3, :3], sweep.points.astype(np.float64)) + T[:, :3, 3]
-        uv, ok = model.project(torch.from_numpy(p))
-        out.append((uv.numpy(), ok.numpy() & (p[:, 2] > 0.5)))
-    return out
-
-
-def _assert_same_pixels(native: Capture, cap: Capture, camera: str, atol: float) -> None:
-    compared = 0
-    for (uv_n, ok_n), (uv_i, ok_i) in zip(_project_sweeps(native, camera), _project_sweeps(cap, camera)):
-        assert len(uv_n) == len(uv_i)  # same points, same order
-        both = ok_n & ok_i
-        assert both.sum() > 100 and (ok_n != ok_i).sum() <= 0.001 * len(ok_n)
-        np.testing.assert_allclose(uv_i[both], uv_n[both], atol=atol)
-        compared += int(both.sum())
-    assert compared > 1000
-
-
 def test_lidar_points_land_on_the_same_pixels(native, imported):
-    _assert_same_pixels(native, imported, "front", atol=1e-3)
-    _assert_same_pixels(native, imported, "right_ftheta", atol=1e-3)
+    assert_sweeps_land_alike(native, imported, ("front", "front"), ("top", "top"), atol=1e-3)
+    assert_sweeps_land_alike(native, imported, ("right_ftheta", "right_ftheta"), ("top", "top"), atol=1e-3)
 
 
 def test_round_trip_lidar_model_and_sweeps(native, imported):
@@ -446,7 +401,7 @@ def test_lidar_without_a_model_gets_an_estimated_one(native, variant):
     assert lid_i.scan_rate_hz == pytest.approx(lid_n.scan_rate_hz)
     assert abs(lid_i.columns - lid_n.columns) <= 0.05 * lid_n.columns
     assert abs((lid_i.start_azimuth_deg - lid_n.start_azimuth_deg + 180) % 360 - 180) < 5.0
-    _assert_same_pixels(native, cap, "front", atol=1e-3)
+    assert_sweeps_land_alike(native, cap, ("front", "front"), ("top", "top"), atol=1e-3)
     sweep = lid_i.load_sweep(2)
     el = np.degrees(np.arctan2(sweep.points[:, 2], np.hypot(sweep.points[:, 0], sweep.points[:, 1])))
     assert np.abs(el - lid_i.elevation_deg[sweep.channel]).max() < 0.2
@@ -508,12 +463,12 @@ def test_meta_json_with_a_missing_store_names_the_field(sequence_copy):
 def test_unrepresentable_camera_models_are_refused(native):
     params = ncore_camera_params(native.cameras["right_ftheta"])
     params.linear_cde = np.array([1.02, 0.001, 0.0], dtype=np.float32)
-    with pytest.raises(importer._FieldError) as err:
+    with pytest.raises(importer.FieldError) as err:
         importer.camera_intrinsics(params, "cams.right_ftheta")
     assert err.value.field == "cams.right_ftheta.linear_cde"
     params = ncore_camera_params(native.cameras["front_left"])
     params.thin_prism_coeffs = np.array([1e-3, 0, 0, 0], dtype=np.float32)
-    with pytest.raises(importer._FieldError, match="thin-prism"):
+    with pytest.raises(importer.FieldError, match="thin-prism"):
         importer.camera_intrinsics(params, "cams.front_left")
 
 

@@ -13,52 +13,24 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
-from nurec_usd.capture import Camera, Capture, CaptureError, load_capture
-from nurec_usd.capture.importers import colmap, detect_format, load_any, nerfstudio
-from nurec_usd.sensors.se3 import interpolate_poses
+if str(Path(__file__).resolve().parent) not in sys.path:  # also when loaded by file path (tests/train)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-REPO = Path(__file__).resolve().parents[3]
-SAMPLE = REPO / "samples" / "tiny"
+import importer_helpers as helpers  # noqa: E402
+from importer_helpers import SAMPLE, camera_to_world, world_points  # noqa: E402
+from nurec_usd.capture import Camera, Capture, CaptureError  # noqa: E402
+from nurec_usd.capture.importers import colmap, nerfstudio  # noqa: E402
+
 GL_FROM_CV = np.diag([1.0, -1.0, -1.0, 1.0])  # its own inverse
 
-
-# --------------------------------------------------------------------------------------
-# The native sample, as absolute (not re-centred) camera poses and world points
-
-
-@pytest.fixture(scope="module")
-def native() -> Capture:
-    return load_capture(SAMPLE)
-
-
-def rig_pose(cap: Capture, t_us: int) -> np.ndarray:
-    """T_world_rig (re-centred world) at a time, interpolated like every consumer does."""
-    T = interpolate_poses(torch.from_numpy(cap.seconds(cap.rig.timestamps_us)), torch.from_numpy(cap.rig.T_world_rig),
-                          torch.tensor(cap.seconds(t_us), dtype=torch.float64))
-    return T.numpy()
-
-
-def camera_to_world(cap: Capture, cam: Camera, t_us: int) -> np.ndarray:
-    """Absolute camera-to-world (OpenCV axes) in the coordinates the capture was written in."""
-    T = rig_pose(cap, t_us) @ cam.T_rig_camera
-    T[:3, 3] += cap.world_offset_m
-    return T
-
-
-def world_points(cap: Capture, step: int = 4) -> np.ndarray:
-    """Lidar points of the first sweep in the absolute world: float64 [N, 3]."""
-    lidar = cap.lidars["top"]
-    sweep = lidar.load_sweep(0)
-    T = rig_pose(cap, lidar.sweeps[0].timestamp_us) @ lidar.T_rig_lidar
-    p = sweep.points[::step].astype(np.float64)
-    return p @ T[:3, :3].T + T[:3, 3] + cap.world_offset_m
+native = helpers.native  # the fixture: the bundled sample, loaded natively
 
 
 # --------------------------------------------------------------------------------------
@@ -163,17 +135,6 @@ def dataset(request, native, tmp_path_factory) -> tuple[Path, dict, dict]:
 # Round trip
 
 
-def assert_same_intrinsics(imported: Camera, native_cam: Camera) -> None:
-    assert imported.model == native_cam.model
-    assert (imported.width, imported.height) == (native_cam.width, native_cam.height)
-    optional = {"k3": 0.0, "k4": 0.0, "k5": 0.0, "k6": 0.0} if imported.model == "opencv" else {}
-    a = {**optional, **imported.intrinsics}
-    b = {**optional, **native_cam.intrinsics}
-    assert a.keys() == b.keys()
-    for key in a:
-        assert a[key] == pytest.approx(b[key], abs=1e-6), key
-
-
 def camera_of(cap: Capture, root: Path, truth: dict) -> dict[str, Camera]:
     """native camera name -> imported camera, found through the frames' files."""
     out = {}
@@ -200,7 +161,7 @@ def test_poses_intrinsics_and_points_round_trip(dataset, native):
     np.testing.assert_allclose(cap.rig.T_world_rig[0, :3, 3], 0.0, atol=1e-12)
     np.testing.assert_allclose(cap.world_offset_m, truth["frames"][names[0]][1][:3, 3], atol=1e-6)
     for cam_name, cam in by_native.items():
-        assert_same_intrinsics(cam, native.cameras[cam_name])
+        helpers.assert_same_intrinsics(cam, native.cameras[cam_name])
         np.testing.assert_array_equal(cam.T_rig_camera, np.eye(4))
         assert cam.rolling_shutter.direction == "global"
         assert len(cam.frames) == len(native.cameras[cam_name].frames)
@@ -216,45 +177,19 @@ def test_poses_intrinsics_and_points_round_trip(dataset, native):
             else:
                 assert frame.mask_path is None
 
-    sfm = cap.metadata["sfm_points"]
-    assert sfm["xyz"].dtype == np.float64 and sfm["rgb"].dtype == np.uint8
-    np.testing.assert_allclose(sfm["xyz"] + cap.world_offset_m, truth["xyz"], atol=1e-6)
-    np.testing.assert_array_equal(sfm["rgb"], truth["rgb"])
+    helpers.assert_sfm_points(cap, truth)
     assert cap.metadata["source_format"] == "nerfstudio"
 
 
 def test_points_project_onto_the_same_pixels(dataset, native):
     root, truth, _ = dataset
     cap = nerfstudio.load(root)
-    points = world_points(native, step=2)
-    for cam_name, cam in camera_of(cap, root, truth).items():
-        native_cam = native.cameras[cam_name]
-        native_model = native_cam.sensor_model(dtype=torch.float64)
-        model = cam.sensor_model(dtype=torch.float64)
-        seen = 0
-        for native_frame, frame in zip(native_cam.frames, cam.frames):
-            T_native = camera_to_world(native, native_cam, native_frame.timestamp_us)
-            T_imported = camera_to_world(cap, cam, frame.timestamp_us)
-            p_native = (points - T_native[:3, 3]) @ T_native[:3, :3]
-            p_imported = (points - T_imported[:3, 3]) @ T_imported[:3, :3]
-            uv_n, ok_n = native_model.project(torch.from_numpy(p_native))
-            uv_i, ok_i = model.project(torch.from_numpy(p_imported))
-            assert torch.equal(ok_n, ok_i)
-            torch.testing.assert_close(uv_i[ok_i], uv_n[ok_n], atol=1e-6, rtol=0)
-            seen += int(ok_n.sum())
-        assert seen > 1000, f"{cam_name}: too few points in view to compare ({seen})"
+    helpers.assert_points_project_alike(native, cap, camera_of(cap, root, truth), world_points(native, step=2))
 
 
 def test_detects_the_folder_and_the_file(dataset):
     root, _, _ = dataset
-    reference = nerfstudio.load(root)
-    for path in (root, root / "transforms.json"):
-        assert nerfstudio.detect(path)
-        assert detect_format(path) == "nerfstudio"
-        cap = load_any(path)
-        np.testing.assert_array_equal(cap.rig.T_world_rig, reference.rig.T_world_rig)
-    assert not nerfstudio.detect(SAMPLE)
-    assert not nerfstudio.detect(root / "images")
+    helpers.assert_detected(nerfstudio, [root, root / "transforms.json"], [SAMPLE, root / "images"])
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,40 @@
+"""Collecting an importer's problems: each names its file and field, all are raised together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nurec_usd.capture.errors import CaptureError, Problem
+
+
+class FieldError(Exception):
+    """A field that cannot be used (caught and turned into a Problem)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class Problems:
+    """The problems found so far while importing from ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.items: list[Problem] = []
+
+    def add(self, file: str, field: str, message: str) -> None:
+        self.items.append(Problem(file, field, message))
+
+    def raise_if_any(self) -> None:
+        """``CaptureError`` listing every problem, when there is one."""
+        if self.items:
+            raise CaptureError(self.items, str(self.root))
+
+
+def relative(path: Path, root: Path) -> str:
+    """``path`` relative to ``root`` (posix), or the whole path when it lies outside."""
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
