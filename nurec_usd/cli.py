@@ -139,7 +139,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     print(f"gaussians    {m['gaussians']:,} ({m['static_gaussians']:,} static, {m['actor_gaussians']:,} actor)")
     print("seconds      " + ", ".join(f"{k} {v:.1f}" for k, v in result.stage_seconds.items()))
     usd = result.out_dir / "usd" / "root.usda"
-    print(f"usd          {usd if usd.is_file() else 'not written (usd-core is not installed here)'}")
+    print(f"usd          {usd if usd.is_file() else 'not written (see manifest.json: usd_export)'}")
     return 0 if result.status != "diverged" else 1
 
 

@@ -205,8 +205,8 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         **options: overrides of any training or init option (``steps=500``, ``max_gaussians=...``).
 
     Returns:
-        The result; ``status`` is "completed", "budget" or "diverged" (a diverged run still
-        writes its last good checkpoint).
+        The result; ``status`` is "completed", "budget", "interrupted" (Ctrl-C during training)
+        or "diverged" (a diverged run still writes its last good checkpoint).
 
     Raises:
         CaptureError: the capture has problems (each names its file and field).
@@ -284,13 +284,18 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         stage = "export"  # the scene is written first: whatever happens in eval, training is not lost
         t0 = time.monotonic()
         scene.save(staged.path / "scene.pt")
+        usd_note = None
         if _have_usd():
             from nurec_usd.export.usd_layers import export_usd
 
-            export_usd(scene, staged.path / "usd")
+            try:  # a failed USD export must not throw the trained scene away: scene.pt is written
+                export_usd(scene, staged.path / "usd")
+            except Exception as err:  # noqa: BLE001 - reported in the manifest and the log
+                usd_note = f"the USD export failed: {type(err).__name__}: {err}"
         else:
-            say("usd-core is not installed here: the USD layers were not written "
-                "(python -m nurec_usd export RUN -o DIR writes them from scene.pt later)")
+            usd_note = "usd-core is not installed here: the USD layers were not written"
+        if usd_note:
+            say(f"{usd_note} (python -m nurec_usd export RUN -o DIR writes them from scene.pt later)")
         stages["export"] = time.monotonic() - t0
 
         stage = "eval"
@@ -317,7 +322,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
             "status": result.status, "message": result.message, "inputs": inputs, "versions": _versions(),
             "git": _git_commit(), "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
             "stage_seconds": {k: round(v, 3) for k, v in stages.items()},
-            "command": sys.argv, "overflowing_steps": result.overflows,
+            "command": sys.argv, "overflowing_steps": result.overflows, "usd_export": usd_note or "written",
         })
         out_dir = staged.commit()
     except torch.cuda.OutOfMemoryError as err:
