@@ -70,6 +70,8 @@ def _input_files(capture) -> list[Path]:
                 files.append(Path(frame.mask_path))
     for lidar in capture.lidars.values():
         files.extend(Path(s.path) for s in lidar.sweeps)
+    # inputs an importer read from outside the capture's root (e.g. KITTI's calibration)
+    files.extend(Path(p) for p in (capture.metadata or {}).get("source_files", []))
     return list(dict.fromkeys(files))  # each once, in order
 
 

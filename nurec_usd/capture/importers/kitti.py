@@ -900,6 +900,8 @@ class _DriveLoader:
         metadata["kitti"] = kitti
         metadata["lidar_models"] = lidar_info
         metadata["warnings"] = list(self.notes)
+        # inputs outside the drive folder (the calibration sits in the date folder): hashed by build
+        metadata["source_files"] = [str(p) for n in CALIB_FILES if (p := self.calib_file(n)) is not None]
         capture = Capture(root=drive, name=drive.name, rig=RigTrajectory(rig_ts, rig_T), cameras=cameras,
                           lidars=lidars, tracks={}, world_offset_m=offset, metadata=metadata)
         return capture, self.notes
