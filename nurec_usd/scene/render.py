@@ -30,6 +30,7 @@ class CameraView:
     time: torch.Tensor  # [] seconds since the capture start, on the device: actors are placed then
     R_world_camera: torch.Tensor  # [3, 3] camera orientation at the readout's start (sky lookup)
     rays_camera: torch.Tensor  # [H, W, 3] unit ray of every pixel in the camera frame
+    lens: torch.Tensor | None = None  # [H, W] bool: pixels the lens images (fisheye / f-theta circles); None: all
 
 
 @dataclass
@@ -91,6 +92,8 @@ class SceneRenderer:
         image = raw.rgb[0] + (1.0 - raw.alpha[0])[..., None] * self.sky(dirs)
         exposure = self.scene.exposure[view.camera_index]
         image = image * exposure[:3].exp() + exposure[3:]
+        if view.lens is not None:  # outside the lens's field of view the sensor sees black
+            image = image * view.lens[..., None].to(image.dtype)
         return SceneCameraRender(image, raw)
 
     def lidar(self, batch: LidarBatch, t: torch.Tensor,  # t: [] seconds: actors are placed then

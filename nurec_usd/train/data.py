@@ -66,6 +66,7 @@ class CameraData:
     mid_times: torch.Tensor  # [F] seconds: the middle of each readout (actors are placed then)
     images: torch.Tensor  # [F, H, W, 3] uint8, on the device or pinned host memory
     masks: torch.Tensor | None  # [F, H, W] bool, True where pixels count; None without masks
+    lens: torch.Tensor | None = None  # [H, W] bool, pixels inside the lens's field of view; None: all
 
 
 @dataclass
@@ -238,8 +239,14 @@ class CaptureData:
         model = camera_model(cam.model, width, height, intrinsics, dtype=torch.float64)
         v, u = torch.meshgrid(torch.arange(height, dtype=torch.float64),
                               torch.arange(width, dtype=torch.float64), indexing="ij")
-        rays = model.unproject(torch.stack((u, v), -1))
+        uv = torch.stack((u, v), -1)
+        rays = model.unproject(uv)
         rays = rays / rays.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        # pixels outside the lens's field of view (fisheye and f-theta circles) image nothing:
+        # their rays do not project back onto themselves
+        back, valid = model.project(rays)
+        lens = valid & torch.isfinite(rays).all(-1) & ((back - uv).norm(dim=-1) < 0.5)
+        lens = None if bool(lens.all()) else lens.to(self.device)
         images = _decode_all(cam.frames, workers, (width, height), k)
         masks = None
         if any(f.mask_path is not None for f in cam.frames):
@@ -252,7 +259,7 @@ class CaptureData:
         f32 = lambda t: t.to(device=dev, dtype=torch.float32).contiguous()  # noqa: E731
         return CameraData(cam.id, width, height, template, cam.rolling_shutter.direction, f32(rays),
                           f32(q0), f32(p0), f32(q1), f32(p1), f32(invert_transform(T_cw0)[:, :3, :3]),
-                          f32(t0 + readout / 2), _image_store(images, dev, self.images_on_device), masks)
+                          f32(t0 + readout / 2), _image_store(images, dev, self.images_on_device), masks, lens)
 
     def _lidar(self, lidar, rig: PoseTrajectory) -> LidarData:
         dev = self.device
@@ -300,7 +307,7 @@ class CaptureData:
         f = ref.frame
         batch = dataclasses.replace(cam.template, rot_start=cam.rot_start[f:f + 1], trans_start=cam.trans_start[f:f + 1],
                                     rot_end=cam.rot_end[f:f + 1], trans_end=cam.trans_end[f:f + 1])
-        return CameraView(batch, ref.camera, cam.mid_times[f], cam.R_world_camera[f], cam.rays)
+        return CameraView(batch, ref.camera, cam.mid_times[f], cam.R_world_camera[f], cam.rays, cam.lens)
 
     def target_image(self, ref: FrameRef) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The frame's image as float in [0, 1] ``[H, W, 3]`` on the device, and its mask ``[H, W]`` or None."""

@@ -45,3 +45,26 @@ def test_capture_data_layout_and_targets():
     assert 0.9 * len(sweep) <= int((rng > 0).sum()) <= len(sweep)
     # intensities are normalised by the training returns' 99th percentile
     assert data.intensity_scale > 0 and float(inten.max()) <= 1.0 and float(inten[rng > 0].mean()) > 0
+
+
+def test_lens_mask_covers_exactly_the_imaged_circle():
+    from nurec_usd.train.data import CaptureData
+
+    data = CaptureData(load_capture(REPO / "samples" / "tiny"), "cpu", eval_every=8, downscale=2)
+    lens = {cam.id: cam.lens for cam in data.cameras}
+    assert lens["front"] is None and lens["front_left"] is None  # these image every pixel
+    ftheta = next(cam for cam in data.cameras if cam.id == "right_ftheta")
+    m = ftheta.lens
+    assert 0.5 < float(m.float().mean()) < 0.99
+    img = ftheta.images.float()  # the sample's f-theta frames are black outside the lens circle
+    assert float(img[:, ~m].mean()) < 2.0 < 20.0 < float(img[:, m].mean())
+    # renders are black there too
+    from nurec_usd.scene.gaussians import GaussianParams, Scene
+    from nurec_usd.scene.render import SceneRenderer
+
+    g = GaussianParams.create(torch.zeros(0, 3), torch.zeros(0, 3), torch.zeros(0, 3))
+    scene = Scene(g, g, torch.zeros(0, dtype=torch.int32), [], torch.zeros(3, 4, 16),
+                  [c.id for c in data.cameras], torch.zeros(len(data.cameras), 6))
+    ref = next(f for f in data.frames if data.cameras[f.camera].id == "right_ftheta")
+    image = SceneRenderer(scene).camera(data.camera_view(ref)).image
+    assert float(image[~m].abs().max()) == 0.0 and float(image[m].min()) > 0.4  # sky (sigmoid 0 = 0.5) inside
