@@ -68,38 +68,22 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 def matrix_to_quat(R: np.ndarray) -> np.ndarray:
-    """Rotation matrices ``[..., 3, 3]`` (column vectors) -> unit quaternions (w, x, y, z), w >= 0."""
-    R = np.asarray(R, dtype=np.float64)
-    m = R.reshape(-1, 3, 3)
-    out = np.empty((m.shape[0], 4))
-    for i, r in enumerate(m):
-        tr = r[0, 0] + r[1, 1] + r[2, 2]
-        if tr > 0:
-            s = 2.0 * math.sqrt(1.0 + tr)
-            q = (0.25 * s, (r[2, 1] - r[1, 2]) / s, (r[0, 2] - r[2, 0]) / s, (r[1, 0] - r[0, 1]) / s)
-        elif r[0, 0] > r[1, 1] and r[0, 0] > r[2, 2]:
-            s = 2.0 * math.sqrt(1.0 + r[0, 0] - r[1, 1] - r[2, 2])
-            q = ((r[2, 1] - r[1, 2]) / s, 0.25 * s, (r[0, 1] + r[1, 0]) / s, (r[0, 2] + r[2, 0]) / s)
-        elif r[1, 1] > r[2, 2]:
-            s = 2.0 * math.sqrt(1.0 + r[1, 1] - r[0, 0] - r[2, 2])
-            q = ((r[0, 2] - r[2, 0]) / s, (r[0, 1] + r[1, 0]) / s, 0.25 * s, (r[1, 2] + r[2, 1]) / s)
-        else:
-            s = 2.0 * math.sqrt(1.0 + r[2, 2] - r[0, 0] - r[1, 1])
-            q = ((r[1, 0] - r[0, 1]) / s, (r[0, 2] + r[2, 0]) / s, (r[1, 2] + r[2, 1]) / s, 0.25 * s)
-        q = np.asarray(q)
-        q /= np.linalg.norm(q)
-        out[i] = q if q[0] >= 0 else -q
-    return out.reshape(R.shape[:-2] + (4,))
+    """Rotation matrices ``[..., 3, 3]`` -> unit quaternions (w, x, y, z), w >= 0 (the sensors' se3 version)."""
+    import torch
+
+    from nurec_usd.sensors import se3
+
+    return se3.matrix_to_quat(torch.from_numpy(np.asarray(R, dtype=np.float64))).numpy()
 
 
 def _quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Hamilton product of (w, x, y, z) quaternions, ``[..., 4]``."""
-    aw, ax, ay, az = np.moveaxis(a, -1, 0)
-    bw, bx, by, bz = np.moveaxis(b, -1, 0)
-    return np.stack([aw * bw - ax * bx - ay * by - az * bz,
-                     aw * bx + ax * bw + ay * bz - az * by,
-                     aw * by - ax * bz + ay * bw + az * bx,
-                     aw * bz + ax * by - ay * bx + az * bw], axis=-1)
+    """Hamilton product of (w, x, y, z) quaternions, ``[..., 4]`` (the sensors' se3 version)."""
+    import torch
+
+    from nurec_usd.sensors import se3
+
+    return se3.quat_multiply(torch.from_numpy(np.asarray(a, dtype=np.float64)),
+                             torch.from_numpy(np.asarray(b, dtype=np.float64))).numpy()
 
 
 def _rotvec_to_quat(w: np.ndarray) -> np.ndarray:
