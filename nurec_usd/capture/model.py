@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # torch is only needed to build sensor models
 
     from nurec_usd.sensors.cameras import CameraModel
     from nurec_usd.sensors.lidar import SpinningLidarModel
+    from nurec_usd.sensors.se3 import PoseTrajectory
 
 CAMERA_MODELS = ("pinhole", "opencv", "opencv_fisheye", "ftheta")
 ROLLING_SHUTTER_DIRECTIONS = ("global", "top_to_bottom", "bottom_to_top", "left_to_right", "right_to_left")
@@ -238,6 +239,15 @@ class Capture:
     @property
     def duration_s(self) -> float:
         return (self.end_us - self.start_us) * 1e-6
+
+    def rig_trajectory(self, device: "torch.device | str | None" = None) -> "PoseTrajectory":
+        """``T_world_rig(t)`` for t in seconds since the capture start (slerp + lerp between the rig poses)."""
+        import torch
+
+        from nurec_usd.sensors.se3 import PoseTrajectory
+
+        return PoseTrajectory(torch.as_tensor(self.seconds(self.rig.timestamps_us), device=device),
+                              torch.as_tensor(self.rig.T_world_rig, dtype=torch.float64, device=device))
 
     def seconds(self, timestamps_us: np.ndarray | int) -> np.ndarray:
         """Microsecond timestamps to float seconds since the capture start. ``[...]`` -> ``[...]`` float64."""

@@ -320,15 +320,12 @@ class LidarBatch:
                   device: torch.device | str | None = None, band_rows: int | str = "auto",
                   beam_eps: tuple[float, float] | None = None) -> "LidarBatch":
         """Sweep ``index`` of lidar ``lidar_id`` of a ``Capture``, with the rig poses at its start and end."""
-        from nurec_usd.sensors.se3 import PoseTrajectory
-
         if lidar_id not in capture.lidars:
             raise ValueError(f"lidar_id {lidar_id!r} is not a lidar of the capture; known: {sorted(capture.lidars)}")
         lidar = capture.lidars[lidar_id]
         if not 0 <= index < len(lidar.sweeps):
             raise ValueError(f"index {index} is out of range for lidar {lidar_id!r} with {len(lidar.sweeps)} sweeps")
-        rig = PoseTrajectory(torch.as_tensor(capture.seconds(capture.rig.timestamps_us)),
-                             torch.as_tensor(capture.rig.T_world_rig, dtype=torch.float64))
+        rig = capture.rig_trajectory()
         t0 = float(capture.seconds(lidar.sweeps[index].timestamp_us))
         T = rig.at(torch.tensor([t0, t0 + 1.0 / lidar.scan_rate_hz], dtype=torch.float64))
         batch = cls.from_capture(lidar, T[0], T[1], band_rows=band_rows, beam_eps=beam_eps)

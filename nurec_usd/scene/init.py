@@ -41,11 +41,6 @@ class InitConfig:
     sky_rows: int = 16  # sky map size: rows (elevation) x 4 rows (azimuth)
 
 
-def _rig(capture: Capture) -> PoseTrajectory:
-    return PoseTrajectory(torch.as_tensor(capture.seconds(capture.rig.timestamps_us)),
-                          torch.as_tensor(capture.rig.T_world_rig, dtype=torch.float64))
-
-
 def _poses_at(traj: PoseTrajectory, times: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Poses at many times, interpolated once per distinct time. Returns ``[U, 4, 4]`` and the index ``[N]``."""
     unique, inverse = torch.unique(times, return_inverse=True)
@@ -59,8 +54,7 @@ def lidar_world_points(capture: Capture, sweeps: list[tuple[str, int]], device: 
 
     Returns world points ``[N, 3]`` float64, intensities ``[N]`` and times ``[N]`` (seconds), on ``device``.
     """
-    rig = _rig(capture)
-    rig = PoseTrajectory(rig.key_times.to(device), rig.key_T.to(device))
+    rig = capture.rig_trajectory(device)
     pts, inten, times = [], [], []
     for lidar_id, index in sweeps:
         lidar = capture.lidars[lidar_id]
@@ -169,7 +163,7 @@ def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: t
     nearest depth.
     Returns the static colours ``[Ns, 3]`` and per track ``[n_a, 3]``, in [0, 1].
     """
-    rig = _rig(capture)
+    rig = capture.rig_trajectory()
     sizes = [static_pts.shape[0]] + [p.shape[0] for p in actor_pts]
     n = sum(sizes)
     acc = torch.zeros(n, 3, dtype=torch.float32, device=device)
@@ -209,8 +203,8 @@ def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: t
     return parts[0], parts[1:]
 
 
-def _spread(items: list, count: int) -> list:
-    """``count`` items spread evenly over the list (all of them when there are fewer)."""
+def spread_evenly(items: list, count: int) -> list:
+    """``count`` items spread evenly over the list, first and last included (all of them when there are fewer)."""
     if len(items) <= count:
         return list(items)
     idx = np.linspace(0, len(items) - 1, count).round().astype(int)
@@ -234,7 +228,7 @@ def frustum_points(capture: Capture, frames: list[tuple[str, int]], count: int,
     Returns world points ``[count, 3]`` float64 and colours ``[count, 3]``.
     """
     gen = torch.Generator().manual_seed(seed)
-    rig = _rig(capture)
+    rig = capture.rig_trajectory()
     per = -(-count // max(1, len(frames)))
     pts, cols = [], []
     for cam_id, fi in frames:
@@ -292,7 +286,7 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
     per_camera: dict[str, list[tuple[str, int]]] = {}
     for cam_id, fi in train_frames:
         per_camera.setdefault(cam_id, []).append((cam_id, fi))
-    colour_frames = [f for frames in per_camera.values() for f in _spread(frames, config.color_frames)]
+    colour_frames = [f for frames in per_camera.values() for f in spread_evenly(frames, config.color_frames)]
 
     sfm = capture.metadata.get("sfm_points") if isinstance(capture.metadata, dict) else None
     if train_sweeps:

@@ -105,11 +105,6 @@ def held_out(index: int, eval_every: int) -> bool:
     return eval_every > 0 and index % eval_every == eval_every // 2
 
 
-def _rig(capture: Capture) -> PoseTrajectory:
-    return PoseTrajectory(torch.as_tensor(capture.seconds(capture.rig.timestamps_us)),
-                          torch.as_tensor(capture.rig.T_world_rig, dtype=torch.float64))
-
-
 def _quat_trans(T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # [F, 4, 4] -> [F, 4], [F, 3]
     return matrix_to_quat(T[:, :3, :3]), T[:, :3, 3]
 
@@ -184,7 +179,7 @@ class CaptureData:
         self.eval_every = eval_every
         self.downscale = int(downscale)
         note = progress or (lambda _msg: None)
-        rig = _rig(capture)
+        rig = capture.rig_trajectory()
         total_bytes = sum((c.width // downscale) * (c.height // downscale) * 3 * len(c.frames)
                           for c in capture.cameras.values())
         if images_on_device is None:

@@ -12,6 +12,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from nurec_usd.scene.gaussians import Scene
+from nurec_usd.scene.init import spread_evenly
 from nurec_usd.scene.render import SceneRenderer
 from nurec_usd.train.data import CaptureData
 from nurec_usd.train.metrics import lidar_errors, psnr, ssim
@@ -59,7 +60,7 @@ def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_s
         pending.append(writer.submit(lambda: Image.fromarray(array).save(path, compress_level=3)))
 
     try:
-        on_sheet = set(_spread(list(range(len(data.eval_frames))), max_sheet_rows))  # keep only those in memory
+        on_sheet = set(spread_evenly(list(range(len(data.eval_frames))), max_sheet_rows))  # keep only those in memory
         for i, ref in enumerate(data.eval_frames):
             view = data.camera_view(ref)
             target, mask = data.target_image(ref)
@@ -101,13 +102,6 @@ def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_s
     finally:
         writer.shutdown(wait=True)  # no write may outlive the call (the folder may be removed next)
     return summarise(per_frame, lidar_rows)
-
-
-def _spread(rows: list, count: int) -> list:
-    """``count`` rows spread over the list (all when there are fewer): the sheet shows every camera."""
-    if len(rows) <= count:
-        return rows
-    return [rows[round(i * (len(rows) - 1) / (count - 1))] for i in range(count)]
 
 
 def summarise(per_frame: list[dict[str, Any]], lidar_rows: list[dict[str, Any]]) -> dict[str, Any]:
