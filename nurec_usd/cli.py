@@ -118,7 +118,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
                "voxel_m": args.voxel, "refine_tracks": args.refine_tracks or None, "downscale": args.downscale, "eval_every": args.eval_every}
     try:
         result = build(args.capture, args.out, preset=args.preset, budget_s=args.budget_s, device=args.device,
-                       format=args.format, overwrite=args.overwrite, progress=not args.no_progress, **options)
+                       format=args.format, overwrite=args.overwrite, progress=not args.no_progress,
+                       collision=args.collision, usdz=args.usdz, **options)
     except CaptureError as err:
         print(err, file=sys.stderr)
         return 1
@@ -147,7 +148,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from nurec_usd.pipeline import BuildError, export_run
 
     try:
-        written = export_run(args.run, args.out, ply=args.ply, overwrite=args.overwrite)
+        written = export_run(args.run, args.out, ply=args.ply, usdz=args.usdz, collision=args.collision,
+                             overwrite=args.overwrite, device=args.device, progress=not args.no_progress)
     except FileExistsError as err:
         print(f"export: {err}; pass --overwrite to replace it", file=sys.stderr)
         return 2
@@ -157,6 +159,68 @@ def _cmd_export(args: argparse.Namespace) -> int:
     for name, path in written.items():
         print(f"{name:<12} {path}")
     return 0
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from nurec_usd.pipeline import BuildError, resolve_device
+    from nurec_usd.replay import Replay, ReplayError
+    from nurec_usd.replay_files import render_one, render_sequence, sequence_times
+
+    sequence = args.start is not None or args.end is not None
+    if sum([args.time is not None, args.frame is not None, sequence]) != 1:
+        print("render: give exactly one of --time T, --frame N, or --start S --end E [--fps F]", file=sys.stderr)
+        return 2
+    if sequence and (args.start is None or args.end is None):
+        print("render: a sequence needs both --start and --end", file=sys.stderr)
+        return 2
+    try:
+        replay = Replay(args.scene, device=resolve_device(args.device))
+        sensor = replay.sensor(args.sensor)
+        if sequence:
+            times = sequence_times(args.start, args.end, args.fps)
+            with _bar(len(times), f"render {sensor.id}", args.no_progress) as bar:
+                written = render_sequence(replay, sensor.id, times, args.out, args.downscale, args.fps,
+                                          args.overwrite, bar.update)
+            print(f"{len(times)} frames of {sensor.id} from {args.start:.3f} s to {times[-1]:.3f} s")
+        else:
+            t = args.time if args.time is not None else _recorded_time(replay, sensor, args.frame)
+            if Path(args.out).exists() and not args.overwrite:
+                raise FileExistsError(f"{args.out} exists")
+            written = render_one(replay, sensor.id, t, args.out, args.downscale)
+            print(f"{sensor.id} at {t:.6f} s")
+    except FileExistsError as err:
+        print(f"render: {err}; pass --overwrite to replace it", file=sys.stderr)
+        return 2
+    except (ReplayError, BuildError, ValueError) as err:
+        print(f"render: {err}", file=sys.stderr)
+        return 1
+    shown = written if len(written) <= 4 else [written[0], "...", written[-1]]
+    for path in shown:
+        print(f"wrote        {path}")
+    return 0
+
+
+def _recorded_time(replay, sensor, index: int) -> float:
+    """Start time of a sensor's index-th recorded frame or sweep."""
+    times = getattr(sensor, "frame_times_s", None)
+    times = sensor.sweep_times_s if times is None else times
+    if not 0 <= index < len(times):
+        raise ValueError(f"--frame {index}: {sensor.id} recorded {len(times)} frames (0 to {len(times) - 1})")
+    return float(times[index])
+
+
+def _bar(total: int, desc: str, disable: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="frame", disable=disable)
+
+
+def _export_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--usdz", action="store_true",
+                   help="also package the USD as scene.usdz (refused past the 4 GiB zip limit)")
+    p.add_argument("--collision", action="store_true",
+                   help="also write collision.usdc: a triangle mesh of the static scene (TSDF fusion of rendered "
+                        "depth) with UsdPhysics collision APIs, referenced from root.usda")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -242,18 +306,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default=None, help="capture format, instead of detecting it")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _export_options(p)
     p.set_defaults(func=_cmd_build)
 
     p = sub.add_parser("export", help="write a finished run's scene as OpenUSD layers (and a 3DGS .ply)",
                        description="Read RUN/scene.pt (written by build) and write the USD layers of the time-varying "
                                    "scene and its sensor rig into OUT (root.usda, rig.usdc, actors.usdc, "
-                                   "background.usdc, actors/<track>.usdc), all or nothing. --ply also writes the "
-                                   "static Gaussians as OUT/scene.ply in the common 3DGS layout.")
+                                   "background.usdc, actors/<track>.usdc, sky.png), all or nothing. --ply also "
+                                   "writes the static Gaussians as OUT/scene.ply in the common 3DGS layout.")
     p.add_argument("run", type=Path, help="run directory written by build (or its scene.pt)")
     p.add_argument("-o", "--out", required=True, type=Path, help="folder to write the USD layers into")
     p.add_argument("--ply", action="store_true", help="also write OUT/scene.ply (static Gaussians, 3DGS layout)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    p.add_argument("--device", default="auto", help="where the collision mesh's depth renders run "
+                   "(auto: a CUDA GPU when torch sees one)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _export_options(p)
     p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser(
+        "render", help="replay: render a camera or lidar of an exported scene from its USD alone",
+        description="Open SCENE's USD (root.usda, a .usdz, an export folder or a run folder), evaluate the rig and "
+                    "the actors at the requested time with USD, and render the sensor: a camera to a PNG; a lidar "
+                    "to a .ply of its returns (lidar frame, capture intensity units) plus <stem>_range.png. "
+                    "Times are seconds since the capture start. A sequence (--start/--end/--fps) goes to a folder "
+                    "of numbered frames, or to a video when OUT ends in .mp4 or .avi (needs OpenCV).")
+    p.add_argument("scene", type=Path, help="root.usda / .usdz, an export folder, or a run folder (RUN/usd)")
+    p.add_argument("--sensor", required=True, help="camera or lidar id (or its prim name under /World/Rig)")
+    p.add_argument("--time", type=float, default=None, metavar="T", help="render at T seconds")
+    p.add_argument("--frame", type=int, default=None, metavar="N",
+                   help="render at the time of the sensor's N-th recorded frame or sweep")
+    p.add_argument("--start", type=float, default=None, metavar="S", help="sequence start, seconds")
+    p.add_argument("--end", type=float, default=None, metavar="E", help="sequence end, seconds (inclusive)")
+    p.add_argument("--fps", type=float, default=10.0, help="sequence rate (default: 10)")
+    p.add_argument("-o", "--out", required=True, type=Path,
+                   help="camera: FILE.png; lidar: FILE.ply; sequence: a folder, or FILE.mp4 / FILE.avi")
+    p.add_argument("--downscale", type=int, default=1, metavar="K", help="camera images K times smaller")
+    p.add_argument("--device", default="auto", help="auto (default: a CUDA GPU when torch sees one), cpu, cuda:N")
+    p.add_argument("--overwrite", action="store_true", help="replace existing output")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_render)
     return parser
 
 

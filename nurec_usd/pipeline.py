@@ -19,6 +19,7 @@ Run directory::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -130,8 +131,10 @@ def _have_usd() -> bool:
     return importlib.util.find_spec("pxr") is not None
 
 
-def export_run(run: str | Path, out: str | Path, *, ply: bool = False, overwrite: bool = False) -> dict[str, Path]:
-    """Export a finished run (its ``scene.pt``) as USD layers into ``out``, and optionally ``out/scene.ply``.
+def export_run(run: str | Path, out: str | Path, *, ply: bool = False, usdz: bool = False, collision: bool = False,
+               overwrite: bool = False, device: str = "auto", progress: bool = False) -> dict[str, Path]:
+    """Export a finished run (its ``scene.pt``) as USD layers into ``out`` (all or nothing), with
+    optionally ``out/scene.ply``, ``out/scene.usdz`` and ``out/collision.usdc`` (see ``export_usd``).
 
     Returns what was written, by name.
     """
@@ -148,12 +151,31 @@ def export_run(run: str | Path, out: str | Path, *, ply: bool = False, overwrite
         raise BuildError(f"{scene_file}: metadata.rig: the scene has no sensor rig (written by an older version?)")
     from nurec_usd.export.usd_layers import export_usd
 
-    written = {"usd": export_usd(scene, out, overwrite=overwrite) / "root.usda"}
-    if ply:
-        from nurec_usd.export.ply import write_gaussian_ply
-
-        written["ply"] = write_gaussian_ply(scene.static, scene.sh_degree, Path(out) / "scene.ply")
+    with _views_bar(collision and progress) as bar:
+        out = export_usd(scene, out, overwrite=overwrite, ply=ply, usdz=usdz, collision=collision,
+                         device=resolve_device(device) if collision else "cpu", progress=bar)
+    written = {"usd": out / "root.usda"}
+    for name, file in (("collision", "collision.usdc"), ("ply", "scene.ply"), ("usdz", "scene.usdz")):
+        if (out / file).is_file():
+            written[name] = out / file
     return written
+
+
+@contextlib.contextmanager
+def _views_bar(show: bool):
+    """A (done, total) callback drawing a tqdm bar of the collision mesh's views, or None."""
+    if not show:
+        yield None
+        return
+    from tqdm import tqdm
+
+    with tqdm(desc="collision mesh", unit="view") as bar:
+        def update(done: int, total: int) -> None:
+            bar.total = total
+            bar.n = done
+            bar.refresh()
+
+        yield update
 
 
 def resolve_device(device: str) -> "torch.device":  # noqa: F821
@@ -192,7 +214,8 @@ def _json_default(value: Any) -> Any:
 
 def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_s: float | None = None,
           device: str = "auto", format: str | None = None, overwrite: bool = False, progress: bool = True,
-          log: Callable[[str], None] | None = None, **options: Any) -> BuildResult:
+          log: Callable[[str], None] | None = None, collision: bool = False, usdz: bool = False,
+          **options: Any) -> BuildResult:
     """Reconstruct a capture into a run directory ``out`` (see the module docstring).
 
     Args:
@@ -204,6 +227,8 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         format: force the capture format instead of detecting it.
         progress: show tqdm progress bars (on stderr).
         log: where one-line messages go (default: stderr, above the progress bars).
+        collision: also export a collision mesh of the static scene (``usd/collision.usdc``).
+        usdz: also package the USD export as ``usd/scene.usdz``.
         **options: overrides of any training or init option (``steps=500``, ``max_gaussians=...``).
 
     Returns:
@@ -291,7 +316,9 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
             from nurec_usd.export.usd_layers import export_usd
 
             try:  # a failed USD export must not throw the trained scene away: scene.pt is written
-                export_usd(scene, staged.path / "usd")
+                with _views_bar(collision and progress) as bar:
+                    export_usd(scene, staged.path / "usd", usdz=usdz, collision=collision, device=dev,
+                               progress=bar)
             except Exception as err:  # noqa: BLE001 - reported in the manifest and the log
                 usd_note = f"the USD export failed: {type(err).__name__}: {err}"
         else:

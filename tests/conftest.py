@@ -1,4 +1,5 @@
-"""Shared fixtures: the analytic hand-made capture, written once per test session."""
+"""Shared fixtures: the analytic hand-made capture, written once per test session, and a build of
+the bundled sample, made once per session for the tests that need a trained scene."""
 
 from __future__ import annotations
 
@@ -8,6 +9,19 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+TINY_STEPS = 250  # enough for test_build's quality bar (25 dB after 400 steps when this was written)
+QUICK = {"downscale": 2, "lidar_every": 2}  # half-resolution images, a sweep every other step: CPU-sized
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """The run folder of ``build samples/tiny`` (TINY_STEPS steps, QUICK options). Do not modify it."""
+    from nurec_usd import build
+
+    out = tmp_path_factory.mktemp("build") / "run"
+    result = build(REPO / "samples" / "tiny", out, steps=TINY_STEPS, progress=False, log=lambda _m: None, **QUICK)
+    assert result.status == "completed", result.message
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -6,12 +6,21 @@
       root.usda            stage metadata, sublayers rig + actors, payload -> background
       rig.usdc             /World/Rig: time-sampled rig pose; cameras and lidars as children
       actors.usdc          /World/Actors/<track>: time-sampled pose + visibility, payload -> actors/<track>.usdc
-      background.usdc      /World/Background/{Gaussians, Preview}: static Gaussians in the world frame
+      background.usdc      /World/Background/{Gaussians, Preview}: static Gaussians in the world frame;
+                           /World/Background/Sky: a DomeLight with the learned sky (sky.png)
+      sky.png              the sky as a latlong texture
       actors/<track>.usdc  /Actor/{Gaussians, Preview}: one actor's Gaussians in its box frame
+      collision.usdc       (optional) /Collision: a triangle mesh of the static scene with UsdPhysics
+                           collision APIs, referenced from root.usda at /World/Collision
+      scene.ply            (optional) the static Gaussians in the common 3DGS PLY layout
+      scene.usdz           (optional) the stage packaged as one file (layers and sky.png)
 
 Gaussians are written post-activation (exp scales, sigmoid opacities, unit quaternions) as
 ``UsdVol.ParticleField3DGaussianSplat`` prims, each with a ``UsdGeom.Points`` proxy for plain
-viewers. Actor poses apply the scene's per-key pose corrections when present, as
+viewers, and a ``primvars:nurec:lidarIntensity`` (modelled lidar return intensity). Cameras
+carry the per-camera exposure the reconstruction learned, lidars the intensity scale: with
+the sky, everything ``nurec_usd.replay`` needs to render the sensors from the USD alone.
+Actor poses apply the scene's per-key pose corrections when present, as
 ``nurec_usd.render.interpolate`` does: corrected key = (exp(w) * q_k, p_k + dt).
 
 Time: ``timeCodesPerSecond`` is the rig's keyframe rate; the time code of an absolute
@@ -33,7 +42,7 @@ import numpy as np
 from nurec_usd.capture.staging import StagedDirectory
 from nurec_usd.export.usd_schema import CAMERA_API, LIDAR_API, register_schema
 
-__all__ = ["export_usd", "Timing", "COLOR_SPACE", "LENS_APIS"]
+__all__ = ["export_usd", "Timing", "COLOR_SPACE", "LENS_APIS", "INTENSITY_PRIMVAR", "SKY_TEXTURE", "DOME_ORIENT"]
 
 SH_C0 = 0.28209479177387814
 # Gaussians are fit to sRGB-encoded images: their colours are display-referred sRGB.
@@ -47,6 +56,16 @@ HORIZONTAL_APERTURE = 20.955
 # through an angle of 2 acos(w): in float, w of a rotation below ~5e-4 rad rounds to 1 and the
 # rotation is lost (measured: a 4.8e-4 rad rig yaw read back as 0). Double keeps it.
 ORIENT_PRECISION = "double"
+# Primvar of the splat prims holding each Gaussian's modelled lidar return intensity.
+INTENSITY_PRIMVAR = "nurec:lidarIntensity"
+# The sky: a DomeLight with this latlong texture next to the layers (for viewers), and the exact
+# learned map as attributes of the light (for replay).
+SKY_TEXTURE = "sky.png"
+# The DomeLight's rotation (w, x, y, z): a latlong dome has its pole on local +Y and longitude 0
+# on local +Z (OpenEXR's convention); this 120-degree turn about (1, 1, 1) maps local x, y, z to
+# world y, z, x, so the pole is the world's up (+Z) and longitude 0 looks down world +X.
+DOME_ORIENT = (0.5, 0.5, 0.5, 0.5)
+COLLISION_LAYER = "collision.usdc"
 # Offset after a track's last key from which its actor is invisible: 1 microsecond.
 _END_EPS_S = 1e-6
 # OpenCV camera axes (x right, y down, z forward) -> USD camera axes (x right, y up, -z forward).
@@ -210,6 +229,7 @@ class _Splats:
     opacities: np.ndarray  # [N]
     sh: np.ndarray  # [N, (d+1)^2, 3]
     degree: int
+    intensities: np.ndarray  # [N] modelled lidar return intensity in [0, 1]
 
 
 def activated(params, degree: int, rows=None) -> _Splats:
@@ -223,8 +243,9 @@ def activated(params, degree: int, rows=None) -> _Splats:
     opac = _sigmoid(pick(_np(params.opacity_logits)))
     k = (degree + 1) ** 2
     sh = np.concatenate([pick(_np(params.sh0)), pick(_np(params.shN))], axis=1)[:, :k]
+    inten = _sigmoid(pick(_np(params.intensity_logits)))
     f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)  # noqa: E731
-    return _Splats(f32(means), f32(quats), f32(scales), f32(opac), f32(sh), int(degree))
+    return _Splats(f32(means), f32(quats), f32(scales), f32(opac), f32(sh), int(degree), f32(inten))
 
 
 def _set_indexed(primvar, values: np.ndarray, array_type) -> None:
@@ -262,6 +283,10 @@ def _write_splats(stage, parent_path: str, s: _Splats) -> None:
     sh_var.SetInterpolation(UsdGeom.Tokens.vertex)
     sh_var.SetElementSize(k)
     gs.CreateSortingModeHintAttr("cameraDistance")
+    # Lidar return intensity per Gaussian (no standard attribute): a plain primvar, so that
+    # replay can render the lidar and other tools can ignore it.
+    _set_indexed(UsdGeom.PrimvarsAPI(gs.GetPrim()).CreatePrimvar(INTENSITY_PRIMVAR, Sdf.ValueTypeNames.FloatArray,
+                                                                 UsdGeom.Tokens.vertex), s.intensities, Vt.FloatArray)
     gs.CreatePurposeAttr(UsdGeom.Tokens.render)
     radius = 3.0 * s.scales.max(axis=1, keepdims=True)  # 3 sigma, any orientation
     lo = (s.positions - radius).min(axis=0)
@@ -283,14 +308,45 @@ def _write_splats(stage, parent_path: str, s: _Splats) -> None:
     UsdGeom.Imageable(gs.GetPrim()).GetProxyPrimRel().SetTargets([Sdf.Path(f"{parent_path}/Preview")])
 
 
+def sky_texture(sky: Any) -> np.ndarray:
+    """The latlong texture of a pre-sigmoid sky map ``[3, H, W]`` (rows: elevation +90 to -90
+    degrees; columns: azimuth -180 to 180 degrees): ``[H, W, 3]`` uint8 in OpenEXR's latlong
+    layout (columns from longitude +180 down to -180), which with :data:`DOME_ORIENT` is azimuth
+    +180 down to -180: the columns mirrored."""
+    rgb = _sigmoid(_np(sky)).transpose(1, 2, 0)[:, ::-1]
+    return np.ascontiguousarray(np.clip(np.round(rgb * 255.0), 0, 255).astype(np.uint8))
+
+
+def _write_sky(stage, path: str, sky: Any, texture: Path) -> None:
+    """A DomeLight at ``path`` showing the sky, with the exact map as ``nurec:sky:*`` attributes."""
+    from PIL import Image
+    from pxr import Gf, Sdf, UsdGeom, UsdLux, Vt
+
+    values = np.ascontiguousarray(_np(sky, np.float32))  # [3, H, W]
+    Image.fromarray(sky_texture(values)).save(texture)
+    dome = UsdLux.DomeLight.Define(stage, path)
+    dome.CreateTextureFileAttr(Sdf.AssetPath(f"./{texture.name}"))
+    dome.CreateTextureFormatAttr(UsdLux.Tokens.latlong)
+    dome.AddOrientOp(UsdGeom.XformOp.PrecisionDouble).Set(Gf.Quatd(*DOME_ORIENT))
+    prim = dome.GetPrim()
+    prim.CreateAttribute("nurec:sky:size", Sdf.ValueTypeNames.Int2, False, Sdf.VariabilityUniform).Set(
+        Gf.Vec2i(int(values.shape[2]), int(values.shape[1])))
+    prim.CreateAttribute("nurec:sky:logits", Sdf.ValueTypeNames.FloatArray, False, Sdf.VariabilityUniform).Set(
+        Vt.FloatArray.FromNumpy(values.reshape(-1)))
+    prim.SetDocumentation("The learned sky. nurec:sky:logits is the exact map, [3, H, W] channel-major, "
+                          "pre-sigmoid: rows elevation +90 to -90 degrees, columns azimuth (from +x toward +y) "
+                          "-180 to 180 degrees; colour = sigmoid(logit), display sRGB.")
+
+
 def _write_background(scene, path: Path, timing: Timing) -> None:
-    """background.usdc: /World/Background with the static Gaussians (world frame)."""
+    """background.usdc: /World/Background with the static Gaussians (world frame) and the sky."""
     from pxr import UsdGeom
 
     stage = _new_layer_stage(path, timing, "World")
     UsdGeom.Xform.Define(stage, "/World")
     UsdGeom.Xform.Define(stage, "/World/Background")
     _write_splats(stage, "/World/Background", activated(scene.static, scene.sh_degree))
+    _write_sky(stage, "/World/Background/Sky", scene.sky, path.parent / SKY_TEXTURE)
     stage.GetRootLayer().Save()
 
 
@@ -400,10 +456,11 @@ def _intrinsic_items(intr: dict) -> tuple[list[str], list[float]]:
     return names, values
 
 
-def _write_camera(stage, path: str, cam: dict) -> None:
+def _write_camera(stage, path: str, cam: dict, exposure: list[float] | None) -> None:
     from pxr import Gf, Sdf, UsdGeom, Vt
 
     c = UsdGeom.Camera.Define(stage, path)
+    c.GetPrim().SetCustomDataByKey("nurec:sensorId", str(cam["id"]))
     T = np.asarray(cam["T_rig_camera"], dtype=np.float64) @ _CV_TO_USD
     p, q = _rigid_parts(T)
     _set_pose_ops(c, p, q, None)
@@ -438,6 +495,8 @@ def _write_camera(stage, path: str, cam: dict) -> None:
     attr("nurec:rollingShutter:readoutTimeUs", Sdf.ValueTypeNames.Int, int(rs["readout_time_us"]))
     attr("nurec:camera:frameTimestampsUs", Sdf.ValueTypeNames.Int64Array,
          Vt.Int64Array([int(t) for t in cam.get("timestamps_us", [])]))
+    attr("nurec:camera:exposure", Sdf.ValueTypeNames.DoubleArray,
+         Vt.DoubleArray([float(v) for v in (exposure if exposure is not None else [0.0] * 6)]))
 
     api = LENS_APIS.get(model)
     if api is None:
@@ -467,10 +526,11 @@ def _write_camera(stage, path: str, cam: dict) -> None:
             lens(f"ftheta:k{i}", F, float(k))
 
 
-def _write_lidar(stage, path: str, lid: dict) -> None:
+def _write_lidar(stage, path: str, lid: dict, intensity_scale: float) -> None:
     from pxr import Sdf, UsdGeom, Vt
 
     x = UsdGeom.Xform.Define(stage, path)
+    x.GetPrim().SetCustomDataByKey("nurec:sensorId", str(lid["id"]))
     p, q = _rigid_parts(np.asarray(lid["T_rig_lidar"], dtype=np.float64))
     _set_pose_ops(x, p, q, None)
     prim = x.GetPrim()
@@ -489,6 +549,7 @@ def _write_lidar(stage, path: str, lid: dict) -> None:
     attr("minRange", V.Double, float(lid["min_range_m"]))
     attr("maxRange", V.Double, float(lid["max_range_m"]))
     attr("returns", V.Int, int(lid.get("returns", 1)))
+    attr("intensityScale", V.Double, float(intensity_scale))
     attr("sweepTimestampsUs", V.Int64Array, Vt.Int64Array([int(t) for t in lid.get("timestamps_us", [])]))
 
 
@@ -515,15 +576,28 @@ def _write_rig(scene, path: Path, timing: Timing) -> None:
         used.add(name)
         return f"/World/Rig/{name}"
 
+    exposure = {cam_id: row for cam_id, row in zip(scene.camera_ids, _np(scene.exposure).tolist())}
     for cam in rig.get("cameras", []):
-        _write_camera(stage, child(cam["id"]), cam)
+        _write_camera(stage, child(cam["id"]), cam, exposure.get(cam["id"]))
+    scale = float(scene.metadata.get("intensity_scale", 1.0))
     for lid in rig.get("lidars", []):
-        _write_lidar(stage, child(lid["id"]), lid)
+        _write_lidar(stage, child(lid["id"]), lid, scale)
     stage.GetRootLayer().Save()
 
 
-def _write_root(path: Path, timing: Timing, capture_name: str | None) -> None:
-    """root.usda: metadata, the rig and actors sublayers, the background payload."""
+def _write_collision(scene, path: Path, timing: Timing, device: Any, progress) -> None:
+    """collision.usdc: /Collision, a triangle mesh of the static scene for physics."""
+    from nurec_usd.export.collision import collision_mesh, write_collision
+
+    vertices, faces = collision_mesh(scene, device=device, progress=progress)
+    stage = _new_layer_stage(path, timing, "Collision")
+    write_collision(stage, "/Collision", vertices, faces)
+    stage.GetRootLayer().Save()
+
+
+def _write_root(path: Path, timing: Timing, capture_name: str | None, collision: bool) -> None:
+    """root.usda: metadata, the rig and actors sublayers, the background payload (and a reference to
+    the collision mesh)."""
     from pxr import Sdf, UsdGeom
 
     stage = _new_layer_stage(path, timing, "World")
@@ -534,18 +608,28 @@ def _write_root(path: Path, timing: Timing, capture_name: str | None) -> None:
         world.GetPrim().SetCustomDataByKey("nurec:captureName", str(capture_name))
     bg = UsdGeom.Xform.Define(stage, "/World/Background")
     bg.GetPrim().GetPayloads().AddPayload(Sdf.Payload("./background.usdc", Sdf.Path("/World/Background")))
+    if collision:  # a reference, not a payload: physics needs the colliders even when splats are not loaded
+        col = UsdGeom.Xform.Define(stage, "/World/Collision")
+        col.GetPrim().GetReferences().AddReference(Sdf.Reference(f"./{COLLISION_LAYER}", Sdf.Path("/Collision")))
     layer.subLayerPaths.append("./rig.usdc")
     layer.subLayerPaths.append("./actors.usdc")
     layer.Save()
 
 
-def export_usd(scene, out_dir: str | Path, overwrite: bool = False) -> Path:
+def export_usd(scene, out_dir: str | Path, overwrite: bool = False, *, ply: bool = False, usdz: bool = False,
+               collision: bool = False, device: Any = "cpu", progress=None) -> Path:
     """Write ``scene`` as the USD layers of USD.md into ``out_dir`` (all or nothing).
 
     Args:
         scene: the scene (its ``metadata["rig"]`` gives the rig, cameras, lidars and time base).
         out_dir: the folder to create (``root.usda`` and its layers).
         overwrite: replace an existing ``out_dir`` (only once the new one is complete).
+        ply: also write ``scene.ply``, the static Gaussians in the common 3DGS layout.
+        usdz: also package the stage as ``scene.usdz`` (refused past the zip limit, see
+            :mod:`nurec_usd.export.usdz`).
+        collision: also write ``collision.usdc``, a mesh of the static scene fused from rendered
+            depth (:mod:`nurec_usd.export.collision`), rendered on ``device``.
+        progress: called with (done, total) while the collision mesh's views render.
 
     Returns:
         ``out_dir``; open ``out_dir / "root.usda"``.
@@ -562,8 +646,18 @@ def export_usd(scene, out_dir: str | Path, overwrite: bool = False) -> Path:
             _write_actor_layer(scene, i, root / "actors" / f"{name}.usdc", timing)
         _write_actors(scene, root / "actors.usdc", timing, names)
         _write_rig(scene, root / "rig.usdc", timing)
+        if collision:
+            _write_collision(scene, root / COLLISION_LAYER, timing, device, progress)
         rig = scene.metadata.get("rig") or {}
-        _write_root(root / "root.usda", timing, rig.get("capture_name"))
+        _write_root(root / "root.usda", timing, rig.get("capture_name"), collision)
+        if ply:
+            from nurec_usd.export.ply import write_gaussian_ply
+
+            write_gaussian_ply(scene.static, scene.sh_degree, root / "scene.ply")
+        if usdz:
+            from nurec_usd.export.usdz import package_usdz
+
+            package_usdz(root / "root.usda", root / "scene.usdz")
     except BaseException:
         staged.abort()
         raise

@@ -25,7 +25,8 @@ from nurec_usd.capture.model import Capture
 from nurec_usd.render.camera import CameraBatch
 from nurec_usd.render.lidar import LidarBatch
 from nurec_usd.scene.render import CameraView
-from nurec_usd.sensors.se3 import PoseTrajectory, invert_transform, matrix_to_quat
+from nurec_usd.scene.views import camera_geometry, sensor_poses
+from nurec_usd.sensors.se3 import PoseTrajectory
 
 
 @dataclass(frozen=True)
@@ -84,33 +85,9 @@ class LidarData:
     intensities: torch.Tensor  # [S, C, W] measured intensity, 0 where there was no return
 
 
-def downscaled_intrinsics(model: str, intrinsics: dict, factor: int) -> dict:
-    """Intrinsics of a camera whose images are shrunk by an integer ``factor`` (pixel centres kept:
-    pixel (0, 0)'s centre maps to ((0.5 / factor) - 0.5) in the new image, as area resampling does)."""
-    out = dict(intrinsics)
-    if factor == 1:
-        return out
-    for key in ("fx", "fy"):
-        if key in out:
-            out[key] = out[key] / factor
-    for key in ("cx", "cy"):
-        out[key] = (out[key] + 0.5) / factor - 0.5
-    if model == "ftheta":  # pixel radius = polynomial of the angle: every coefficient scales
-        out["angle_to_pixel"] = [c / factor for c in out["angle_to_pixel"]]
-    return out
-
-
 def held_out(index: int, eval_every: int) -> bool:
     """Whether the index-th frame or sweep of a sensor is held out (0 disables holding out)."""
     return eval_every > 0 and index % eval_every == eval_every // 2
-
-
-def _quat_trans(T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # [F, 4, 4] -> [F, 4], [F, 3]
-    return matrix_to_quat(T[:, :3, :3]), T[:, :3, 3]
-
-
-def _same_hemisphere(q0: torch.Tensor, q1: torch.Tensor) -> torch.Tensor:
-    return torch.where((q0 * q1).sum(-1, keepdim=True) < 0, -q1, q1)
 
 
 def _decode_all(frames, workers: int, size: tuple[int, int], factor: int) -> list[np.ndarray]:
@@ -215,33 +192,12 @@ class CaptureData:
         t0 = torch.as_tensor(self.capture.seconds(cam.timestamps_us))
         readout = cam.rolling_shutter.readout_time_s if cam.rolling_shutter.direction != "global" else 0.0
         T_rig_cam = torch.as_tensor(cam.T_rig_camera, dtype=torch.float64)
-        T_cw0 = invert_transform(rig.at(t0) @ T_rig_cam)  # [F, 4, 4] T_camera_world
-        T_cw1 = invert_transform(rig.at(t0 + readout) @ T_rig_cam)
-        q0, p0 = _quat_trans(T_cw0)
-        q1, p1 = _quat_trans(T_cw1)
-        q1 = _same_hemisphere(q0, q1)
+        T_wc0 = rig.at(t0) @ T_rig_cam  # [F, 4, 4] T_world_camera at the first line
+        q0, p0, q1, p1 = sensor_poses(T_wc0, rig.at(t0 + readout) @ T_rig_cam)
         k = self.downscale
-        width, height = cam.width // k, cam.height // k
-        intrinsics = downscaled_intrinsics(cam.model, cam.intrinsics, k)
-        template = CameraBatch.create([cam.model], [intrinsics], width, height,
-                                      torch.eye(4, dtype=torch.float64)[None],
-                                      torch.eye(4, dtype=torch.float64)[None], [cam.rolling_shutter.direction])
-        template = template.to(torch.float32)
-        template = dataclasses.replace(template, model=template.model.to(dev), params=template.params.to(dev),
-                                       shutter=template.shutter.to(dev))
-        from nurec_usd.sensors.cameras import camera_model
-
-        model = camera_model(cam.model, width, height, intrinsics, dtype=torch.float64)
-        v, u = torch.meshgrid(torch.arange(height, dtype=torch.float64),
-                              torch.arange(width, dtype=torch.float64), indexing="ij")
-        uv = torch.stack((u, v), -1)
-        rays = model.unproject(uv)
-        rays = rays / rays.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-        # pixels outside the lens's field of view (fisheye and f-theta circles) image nothing:
-        # their rays do not project back onto themselves
-        back, valid = model.project(rays)
-        lens = valid & torch.isfinite(rays).all(-1) & ((back - uv).norm(dim=-1) < 0.5)
-        lens = None if bool(lens.all()) else lens.to(self.device)
+        geometry = camera_geometry(cam.model, cam.width, cam.height, cam.intrinsics, cam.rolling_shutter.direction,
+                                   dev, k)
+        width, height = geometry.width, geometry.height
         images = _decode_all(cam.frames, workers, (width, height), k)
         masks = None
         if any(f.mask_path is not None for f in cam.frames):
@@ -252,20 +208,17 @@ class CaptureData:
                                                for m in full]))
             masks = masks.to(dev)
         f32 = lambda t: t.to(device=dev, dtype=torch.float32).contiguous()  # noqa: E731
-        return CameraData(cam.id, width, height, template, cam.rolling_shutter.direction, f32(rays),
-                          f32(q0), f32(p0), f32(q1), f32(p1), f32(invert_transform(T_cw0)[:, :3, :3]),
-                          f32(t0 + readout / 2), _image_store(images, dev, self.images_on_device), masks, lens)
+        return CameraData(cam.id, width, height, geometry.template, cam.rolling_shutter.direction, geometry.rays,
+                          f32(q0), f32(p0), f32(q1), f32(p1), f32(T_wc0[:, :3, :3]),
+                          f32(t0 + readout / 2), _image_store(images, dev, self.images_on_device), masks,
+                          geometry.lens)
 
     def _lidar(self, lidar, rig: PoseTrajectory) -> LidarData:
         dev = self.device
         t0 = torch.as_tensor(self.capture.seconds(lidar.timestamps_us))
         period = 1.0 / lidar.scan_rate_hz
         T_rig_lidar = torch.as_tensor(lidar.T_rig_lidar, dtype=torch.float64)
-        T_lw0 = invert_transform(rig.at(t0) @ T_rig_lidar)
-        T_lw1 = invert_transform(rig.at(t0 + period) @ T_rig_lidar)
-        q0, p0 = _quat_trans(T_lw0)
-        q1, p1 = _quat_trans(T_lw1)
-        q1 = _same_hemisphere(q0, q1)
+        q0, p0, q1, p1 = sensor_poses(rig.at(t0) @ T_rig_lidar, rig.at(t0 + period) @ T_rig_lidar)
         model = lidar.sensor_model(dtype=torch.float64, device=dev)
         template = LidarBatch.from_model(model, torch.eye(4, dtype=torch.float32, device=dev))
         ranges, intens = [], []

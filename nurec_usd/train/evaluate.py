@@ -13,6 +13,7 @@ from PIL import Image, ImageDraw
 
 from nurec_usd.scene.gaussians import Scene
 from nurec_usd.scene.init import spread_evenly
+from nurec_usd.scene.pictures import range_picture, to_uint8
 from nurec_usd.scene.render import SceneRenderer
 from nurec_usd.train.data import CaptureData
 from nurec_usd.train.metrics import lidar_errors, psnr, ssim
@@ -24,19 +25,6 @@ def _lpips_status() -> str:
     except ImportError:
         return "not computed: the lpips package (with its network weights) is not installed"
     return "not computed: LPIPS needs pretrained network weights that are not shipped with a package here"
-
-
-def _to_uint8(image: torch.Tensor) -> np.ndarray:  # [H, W, 3] float -> uint8
-    return (image.detach().clamp(0, 1) * 255 + 0.5).to(torch.uint8).cpu().numpy()
-
-
-def _range_png(ranges: torch.Tensor, max_range: float) -> np.ndarray:  # [C, W] -> [C, W, 3] uint8
-    """Range image in false colour on a log scale from 1 m to the maximum range (near: yellow,
-    far: blue; no return: black), channels top = highest."""
-    r = (ranges.clamp_min(1.0).log() / math.log(max(max_range, 2.0))).clamp(0, 1).cpu().numpy()
-    rgb = np.stack((1 - r, 1 - 0.5 * r, 0.2 + 0.8 * r), -1)
-    rgb[ranges.cpu().numpy() <= 0] = 0
-    return (rgb * 255).astype(np.uint8)
 
 
 @torch.no_grad()
@@ -74,7 +62,7 @@ def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_s
                    "baseline_psnr": float(psnr(baseline, target, mask))}
             per_frame.append(row)
             if out_dir is not None:
-                pair = np.concatenate((_to_uint8(image), _to_uint8(target)), axis=1)
+                pair = np.concatenate((to_uint8(image), to_uint8(target)), axis=1)
                 save(pair, out_dir / "eval" / f"{cam.id}_{ref.frame:05d}.png")
                 if i in on_sheet:
                     rows.append((f"{cam.id} #{ref.frame}  {row['psnr']:.1f} dB", pair))
@@ -92,7 +80,7 @@ def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_s
                 lidar = data.lidars[ref.lidar]
                 order = torch.argsort(lidar.template.elevation, descending=True)  # highest channel on top
                 both = torch.cat((pred[order], true_range[order]), 0)
-                save(_range_png(both, lidar.template.max_range), out_dir / "eval" / f"{lidar.id}_{ref.sweep:05d}_range.png")
+                save(range_picture(both, lidar.template.max_range), out_dir / "eval" / f"{lidar.id}_{ref.sweep:05d}_range.png")
             if progress:
                 progress()
         if out_dir is not None and rows:

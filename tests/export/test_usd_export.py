@@ -85,9 +85,10 @@ def scene(rig) -> Scene:
     K = sum(len(t.times) for t in tracks)
     corr = (torch.randn(K, 3, generator=gen, dtype=torch.float32) * 0.05,
             torch.randn(K, 3, generator=gen, dtype=torch.float32) * 0.05)
-    return Scene(static=static, actors=actors, actor_index=index, tracks=tracks, sky=torch.zeros(3, 4, 8),
-                 camera_ids=[c["id"] for c in rig["cameras"]], exposure=torch.zeros(len(rig["cameras"]), 6),
-                 sh_degree=SH_DEGREE, pose_corrections=corr, metadata={"rig": rig})
+    return Scene(static=static, actors=actors, actor_index=index, tracks=tracks,
+                 sky=torch.randn(3, 16, 32, generator=gen) * 2, camera_ids=[c["id"] for c in rig["cameras"]],
+                 exposure=torch.randn(len(rig["cameras"]), 6, generator=gen) * 0.1,
+                 sh_degree=SH_DEGREE, pose_corrections=corr, metadata={"rig": rig, "intensity_scale": 7.5})
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +112,7 @@ def _activated(g: GaussianParams, rows=None):
         "scales": pick(g.log_scales).double().exp().numpy(),
         "opacities": torch.sigmoid(pick(g.opacity_logits).double()).numpy(),
         "sh": pick(g.sh).double()[:, :k].numpy(),
+        "intensities": torch.sigmoid(pick(g.intensity_logits).double()).numpy(),
     }
 
 
@@ -121,7 +123,7 @@ def _activated(g: GaussianParams, rows=None):
 def test_writes_exactly_the_layers_of_the_contract(exported):
     files = sorted(str(p.relative_to(exported)) for p in exported.rglob("*") if p.is_file())
     assert files == ["actors.usdc", "actors/car_00.usdc", "actors/car_01.usdc", "background.usdc", "rig.usdc",
-                     "root.usda"]
+                     "root.usda", "sky.png"]
     assert not [p for p in exported.parent.iterdir() if p.name.startswith(".")], "staging folder left behind"
 
 
@@ -193,6 +195,9 @@ def _check_splats(prim_path: str, stage, expected: dict) -> None:
     lo, hi = (np.array(v) for v in gs.GetExtentAttr().Get())
     assert (pos >= lo - 1e-6).all() and (pos <= hi + 1e-6).all()
     assert gs.GetSortingModeHintAttr().Get() == "cameraDistance"
+    inten = UsdGeom.PrimvarsAPI(gs.GetPrim()).GetPrimvar(usd_layers.INTENSITY_PRIMVAR)
+    assert inten.GetInterpolation() == "vertex"
+    np.testing.assert_allclose(np.array(inten.ComputeFlattened()), expected["intensities"], rtol=1e-6)
     assert gs.GetPurposeAttr().Get() == "render"
     assert gs.GetPrim().GetAttribute("colorSpace:name").Get() == usd_layers.COLOR_SPACE
     proxy_targets = UsdGeom.Imageable(gs.GetPrim()).GetProxyPrimRel().GetTargets()
@@ -371,6 +376,51 @@ def test_lidars_carry_the_spinning_model(stage, rig):
         assert v["startAzimuthDeg"] == lid["start_azimuth_deg"]
         assert (v["minRange"], v["maxRange"]) == (lid["min_range_m"], lid["max_range_m"])
         assert v["returns"] == 1 and list(v["sweepTimestampsUs"]) == lid["timestamps_us"]
+
+
+def test_cameras_carry_their_exposure_and_lidars_their_intensity_scale(stage, scene, rig):
+    for i, cam_id in enumerate(scene.camera_ids):
+        prim = stage.GetPrimAtPath(f"/World/Rig/{cam_id}")
+        np.testing.assert_allclose(list(prim.GetAttribute("nurec:camera:exposure").Get()),
+                                   scene.exposure[i].double().numpy(), rtol=1e-7)
+        assert prim.GetCustomDataByKey("nurec:sensorId") == cam_id
+    for lid in rig["lidars"]:
+        prim = stage.GetPrimAtPath(f"/World/Rig/{lid['id']}")
+        assert prim.GetAttribute("nurec:lidar:intensityScale").Get() == 7.5
+
+
+def test_sky_is_a_dome_light_whose_texture_viewers_map_like_we_do(stage, scene, exported):
+    """At each texel centre of our map, the PNG pixel found through USD's latlong convention
+    (OpenEXR's: longitude +pi at the left edge, 0 along the dome's +Z, pi/2 along +X, pole +Y)
+    and the DomeLight's transform is that texel's colour."""
+    from PIL import Image
+
+    from pxr import UsdLux
+
+    from nurec_usd.scene.render import sky_colors
+
+    dome = UsdLux.DomeLight(stage.GetPrimAtPath("/World/Background/Sky"))
+    assert dome and dome.GetTextureFormatAttr().Get() == "latlong"
+    texture = dome.GetTextureFileAttr().Get()
+    assert texture.resolvedPath and os.path.samefile(texture.resolvedPath, exported / "sky.png")
+    png = np.asarray(Image.open(exported / "sky.png"))
+    _, H, W = scene.sky.shape
+    assert png.shape == (H, W, 3)
+    logits = np.array(dome.GetPrim().GetAttribute("nurec:sky:logits").Get(), dtype=np.float32)
+    np.testing.assert_array_equal(logits, scene.sky.numpy().reshape(-1))
+    R = _world(stage, "/World/Background/Sky", 0.0)[:3, :3]
+    i, j = np.meshgrid(np.arange(H), np.arange(W), indexing="ij")
+    el = math.pi / 2 - (i + 0.5) * math.pi / H
+    az = -math.pi + (j + 0.5) * 2 * math.pi / W
+    d = np.stack([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)], -1)  # world, [H, W, 3]
+    ours = sky_colors(scene.sky, torch.from_numpy(d).float()).numpy()
+    np.testing.assert_allclose(ours, torch.sigmoid(scene.sky).permute(1, 2, 0).numpy(), atol=1e-5)
+    local = d @ R  # R^T d, row-wise
+    lat = np.arcsin(np.clip(local[..., 1], -1, 1))
+    lon = np.arctan2(local[..., 0], local[..., 2])
+    x = np.floor((math.pi - lon) / (2 * math.pi) * W).astype(int) % W
+    y = np.clip(np.floor((math.pi / 2 - lat) / math.pi * H).astype(int), 0, H - 1)
+    np.testing.assert_allclose(png[y, x] / 255.0, ours, atol=0.5 / 255 + 1e-6)
 
 
 def test_schema_is_registered_with_its_fallbacks():

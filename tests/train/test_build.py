@@ -1,7 +1,7 @@
 """``build`` end to end on the bundled sample, plus its failure modes.
 
-The main fixture builds ``samples/tiny`` once (a few minutes on two CPU cores) and the tests
-read its run directory: files, manifest, held-out quality, and actors that move.
+The ``tiny_run`` fixture (tests/conftest.py) builds ``samples/tiny`` once per session (a few
+minutes on two CPU cores) and the tests read its run directory: files, manifest, held-out quality, and actors that move.
 """
 
 from __future__ import annotations
@@ -13,21 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import QUICK, REPO, TINY_STEPS
 
 SAMPLE = REPO / "samples" / "tiny"
-TINY_STEPS = 250  # enough for the quality bar below (25 dB after 400 steps when this was written)
-QUICK = {"downscale": 2, "lidar_every": 2}  # half-resolution images, a sweep every other step: CPU-sized
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory) -> Path:
-    from nurec_usd import build
-
-    out = tmp_path_factory.mktemp("build") / "run"
-    result = build(SAMPLE, out, steps=TINY_STEPS, progress=False, log=lambda _m: None, **QUICK)
-    assert result.status == "completed", result.message
-    return out
 
 
 def test_run_directory_holds_everything(tiny_run):
@@ -65,7 +53,7 @@ def _box_pixels(capture, cam_id: str, track, t: float, T_world_camera: torch.Ten
     """Pixel rectangle (u0, v0, u1, v1) around a track's box at time t, or None when not in view."""
     from nurec_usd.sensors.cameras import camera_model
     from nurec_usd.sensors.se3 import PoseTrajectory, invert_transform, transform_points
-    from nurec_usd.train.data import downscaled_intrinsics
+    from nurec_usd.scene.views import downscaled_intrinsics
 
     if not float(track.times[0]) <= t <= float(track.times[-1]):
         return None

@@ -8,7 +8,7 @@ import torch
 from conftest import REPO
 from nurec_usd.capture import load_capture
 from nurec_usd.sensors.cameras import camera_model
-from nurec_usd.train.data import downscaled_intrinsics
+from nurec_usd.scene.views import downscaled_intrinsics
 
 
 @pytest.mark.parametrize("k", [2, 3])
