@@ -17,6 +17,7 @@ DEMO_FLAGS ?= --steps 400 --downscale 2
 demo: setup
 	$(PY) -m nurec_usd inspect $(SAMPLE)
 	$(PY) -m nurec_usd build $(SAMPLE) -o runs/tiny --overwrite $(DEMO_FLAGS)
+	$(PY) -m nurec_usd render runs/tiny --sensor front --frame 4 -o runs/tiny/replay_front.png --overwrite
 
 test: setup
 	$(PY) -m pytest
