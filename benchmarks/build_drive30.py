@@ -26,13 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+from benchmarks.provenance import commit  # noqa: E402
 
 
 def main() -> int:
@@ -85,7 +79,7 @@ def main() -> int:
           f"{m.get('lidar_median_range_error_m', float('nan')):.3f} m, hit accuracy "
           f"{m.get('lidar_hit_accuracy', float('nan')):.3f} over {m['held_out_sweeps']} sweeps")
     s = result.stage_seconds
-    print(f"| {datetime.date.today()} | {gpu} | {_commit()} | {args.preset} {args.build_preset} | "
+    print(f"| {datetime.date.today()} | {gpu} | {commit()} | {args.preset} {args.build_preset} | "
           f"{s.get('load', 0):.1f} | {s.get('init', 0):.1f} | {s.get('train', 0):.1f} | {s.get('eval', 0):.1f} | "
           f"{s.get('export', 0):.1f} | {m['steps_per_second']:.1f} | {m.get('peak_gpu_memory_gib', 0):.1f} | "
           f"{m['gaussians']:,} | {m['psnr']:.2f} | {m.get('lidar_median_range_error_m', float('nan')):.3f} |")

@@ -5,8 +5,8 @@
 
 Reports the export (stage seconds, size of every file), how long opening the stage takes, and for
 every held-out camera frame and lidar sweep: the PSNR between the USD replay and the in-memory
-render of the same frame (the bar is 50 dB) and the replay's time per frame (CUDA events, after
-a warm-up; median). The last lines are rows for benchmarks/RESULTS.md.
+render of the same frame (the bar is 50 dB) and the replay's time per view (CUDA events around
+a second render of each view, past the first ``--warmup`` views; median). The last lines are rows for benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import argparse
 import datetime
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,42 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-class _Timer:
-    """Milliseconds of a block: CUDA events on a GPU, the wall clock elsewhere."""
-
-    def __init__(self, device):
-        import torch
-
-        self.cuda = torch.device(device).type == "cuda"
-        self.times: list[float] = []
-
-    def __enter__(self):
-        import torch
-
-        if self.cuda:
-            self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            self.start.record()
-        self.t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        import torch
-
-        if self.cuda:
-            self.end.record()
-            torch.cuda.synchronize()
-            self.times.append(self.start.elapsed_time(self.end))
-        else:
-            self.times.append((time.perf_counter() - self.t0) * 1e3)
+from benchmarks.provenance import commit  # noqa: E402
+from benchmarks.timing import median_ms  # noqa: E402
 
 
 def main() -> int:
@@ -110,38 +75,36 @@ def main() -> int:
         rows = []
         with torch.no_grad():
             for kind, refs in (("camera", data.eval_frames), ("lidar", data.eval_sweeps)):
-                timer, scores = _Timer(args.device), []
+                times, scores = [], []
                 for i, ref in enumerate(refs):
                     if kind == "camera":
                         sensor = data.cameras[ref.camera].id
                         want = renderer.camera(data.camera_view(ref)).image.clamp(0, 1)
                         render = lambda: replay.render_camera(sensor, ref.time_s, args.downscale)  # noqa: E731
+                        got = render().clamp(0, 1)
                     else:
                         sensor = data.lidars[ref.lidar].id
                         batch, t = data.lidar_batch(ref)
                         scale = data.lidars[ref.lidar].template.max_range
                         want = (renderer.lidar(batch, t).range / scale).clamp(0, 1)
                         render = lambda: replay.render_lidar(sensor, ref.time_s)  # noqa: E731
-                    if i < args.warmup:
-                        got = render()
-                    else:
-                        with timer:
-                            got = render()
-                    got = got.clamp(0, 1) if kind == "camera" else (got.range / scale).clamp(0, 1)
+                        got = (render().range / scale).clamp(0, 1)
                     scores.append(float(psnr(got, want)))
+                    if i >= args.warmup:  # the first views of a kind compile and allocate
+                        times.append(median_ms(render, torch.device(args.device), reps=1, warmup=0))
                 if scores:
-                    med = statistics.median(timer.times) if timer.times else float("nan")
+                    med = statistics.median(times) if times else float("nan")
                     rows.append((kind, len(scores), min(scores), statistics.median(scores), med))
                     print(f"{kind}: {len(scores)} held-out views; replay vs model PSNR min {min(scores):.1f} dB, "
                           f"median {statistics.median(scores):.1f} dB; replay {med:.1f} ms per view (median)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    today, commit = datetime.date.today(), _commit()
+    today, rev = datetime.date.today(), commit()
     total_mb = sum(v for k, v in sizes.items() if k != "scene.usdz") / 1e6
-    print(f"| {today} | {gpu} | {commit} | {args.preset} | export {result.stage_seconds.get('export', 0):.1f} s | "
+    print(f"| {today} | {gpu} | {rev} | {args.preset} | export {result.stage_seconds.get('export', 0):.1f} s | "
           f"USD {total_mb:.1f} MB | usdz {sizes.get('scene.usdz', 0) / 1e6:.1f} MB | open {open_s:.2f} s |")
     for kind, n, lo, mid, ms in rows:
-        print(f"| {today} | {gpu} | {commit} | {args.preset} {kind} | {n} | {lo:.1f} | {mid:.1f} | {ms:.1f} |")
+        print(f"| {today} | {gpu} | {rev} | {args.preset} {kind} | {n} | {lo:.1f} | {mid:.1f} | {ms:.1f} |")
     return 0
 
 

@@ -28,6 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.provenance import commit  # noqa: E402
+
 STAGES = [
     ("scene", "scene build (host: traffic, street, meshes)"),
     ("compile", "kernel compile / module load"),
@@ -43,14 +45,6 @@ def _du(path: Path | None) -> float:
     if path is None or not path.exists():
         return 0.0
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     n_cam_samples = preset.frames * sum(c.width * c.height for c in preset.cameras) * spp
     n_lidar_rays = preset.frames * preset.lidar.channels * preset.lidar.columns
     print(f"synth {preset.name} on {device} ({name}); warp {wp.config.version}, torch {torch.__version__}, "
-          f"commit {_commit()}")
+          f"commit {commit()}")
     print(f"  {preset.frames} frames x {len(preset.cameras)} cameras ({n_cam_samples / 1e9:.2f} G camera samples, "
           f"spp {spp}), {preset.frames} sweeps x {preset.lidar.channels}x{preset.lidar.columns} "
           f"({n_lidar_rays / 1e6:.1f} M lidar rays), {len(preset.roles)} moving actors")
@@ -125,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     today = datetime.date.today().isoformat()
     print()
     print("RESULTS.md line:")
-    print(f"| {today} | {name} | {_commit()} | `python benchmarks/synth_drive30.py --preset {preset.name} --device "
+    print(f"| {today} | {name} | {commit()} | `python benchmarks/synth_drive30.py --preset {preset.name} --device "
           f"{args.device}{' --runs ' + str(args.runs) if args.runs > 1 else ''}` | synth {preset.name}: "
           f"{best:.1f} s end to end (best of {len(results)}) |")
     return 0
