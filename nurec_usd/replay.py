@@ -225,15 +225,20 @@ class Replay:
             return None
         gs = UsdVol.ParticleField3DGaussianSplat(prim)
         where = f"{self.root}: {path}"
-        get = lambda attr, name: np.asarray(self._attr(prim, name) if attr is None else attr.Get())  # noqa: E731
-        pos = get(gs.GetPositionsAttr(), "positions").astype(np.float32).reshape(-1, 3)
+
+        def get(attr, width: int) -> np.ndarray:  # [M, width] float32
+            if not attr.HasValue():
+                raise ReplayError(f"{where}: attribute {attr.GetName()} has no value")
+            return np.asarray(attr.Get(), dtype=np.float32).reshape(-1, width)
+
+        pos = get(gs.GetPositionsAttr(), 3)
         n = pos.shape[0]
-        xyzw = get(gs.GetOrientationsAttr(), "orientations").astype(np.float32).reshape(-1, 4)
-        scales = get(gs.GetScalesAttr(), "scales").astype(np.float32).reshape(-1, 3)
-        opac = get(gs.GetOpacitiesAttr(), "opacities").astype(np.float32).reshape(-1)
+        xyzw = get(gs.GetOrientationsAttr(), 4)
+        scales = get(gs.GetScalesAttr(), 3)
+        opac = get(gs.GetOpacitiesAttr(), 1)[:, 0]
         degree = int(gs.GetRadianceSphericalHarmonicsDegreeAttr().Get() or 0)
         k = (degree + 1) ** 2
-        sh = get(gs.GetRadianceSphericalHarmonicsCoefficientsAttr(), "sh").astype(np.float32).reshape(-1, 3)
+        sh = get(gs.GetRadianceSphericalHarmonicsCoefficientsAttr(), 3)
         inten_var = UsdGeom.PrimvarsAPI(prim).GetPrimvar(INTENSITY_PRIMVAR)
         inten = np.asarray(inten_var.ComputeFlattened(), dtype=np.float32) if inten_var and inten_var.HasValue() \
             else np.zeros(n, np.float32)  # a stage from elsewhere: no lidar returns modelled

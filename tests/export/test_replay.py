@@ -272,3 +272,16 @@ def test_export_with_collision_usdz_and_ply(tiny_run, tmp_path, capsys):
     packed = Replay(out / "scene.usdz")
     assert packed.stage.GetPrimAtPath("/World/Collision/Mesh")
     torch.testing.assert_close(packed.render_camera("front", 0.4, K), Replay(out).render_camera("front", 0.4, K))
+
+
+def test_a_broken_splat_prim_is_named_with_its_attribute(usd_only, tmp_path):
+    from pxr import Usd, UsdVol, Vt
+
+    broken = tmp_path / "scene"
+    shutil.copytree(usd_only, broken)
+    stage = Usd.Stage.Open(str(broken / "background.usdc"))
+    gs = UsdVol.ParticleField3DGaussianSplat(stage.GetPrimAtPath("/World/Background/Gaussians"))
+    gs.GetOpacitiesAttr().Set(Vt.FloatArray([0.5, 0.5]))
+    stage.GetRootLayer().Save()
+    with pytest.raises(ReplayError, match=r"/World/Background/Gaussians: opacities has 2 entries, expected \d+"):
+        Replay(broken)
