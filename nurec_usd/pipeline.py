@@ -252,6 +252,9 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
     config = make_config(preset, device=device, budget_s=budget_s, **options)
     dev = resolve_device(config.device)
     init_warp()
+    from nurec_usd.render.warmup import KernelWarmup
+
+    warmup = KernelWarmup(dev)  # GPU kernels compile while the capture loads (no-op on the CPU)
     torch.manual_seed(config.train.seed)
     staged = StagedDirectory(out, overwrite=overwrite)
     stages: dict[str, float] = {}
@@ -273,6 +276,14 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
                 f"{config.train.eval_every} does not occur): held-out metrics will be empty; "
                 f"a smaller --eval-every holds some out")
         stages["load"] = time.monotonic() - t0
+        waited = warmup.wait()
+        if warmup.error is not None:
+            say(f"note: compiling the GPU kernels ahead failed ({type(warmup.error).__name__}: {warmup.error}); "
+                "they compile at their first launch instead")
+        elif warmup.seconds:
+            say(f"GPU kernels compiled in {warmup.seconds:.1f} s, {waited:.1f} s of it after loading")
+        if waited > 0.05:
+            stages["compile"] = waited
         say(f"loaded {cap.name}: {len(data.train_frames)} training / {len(data.eval_frames)} held-out frames, "
             f"{len(data.train_sweeps)} / {len(data.eval_sweeps)} sweeps, {len(cap.tracks)} tracks "
             f"({stages['load']:.1f} s)")

@@ -15,6 +15,7 @@ order and become Warp's (x, y, z, w) ``quat`` here, at the kernel boundary.
 import warp as wp
 
 from warp_kernels.compositing import ALPHA_MIN
+from warp_kernels.modules import variant_module
 from warp_kernels.pose_funcs import make_pose_funcs
 
 MODEL_PINHOLE = 0
@@ -65,6 +66,7 @@ SH_C3_6 = -0.5900435899266435
 
 def make_projection_kernel(float_t):
     """The projection kernel for one float type (``wp.float32`` for speed, ``wp.float64`` for gradcheck)."""
+    module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
     vec2 = wp.types.vector(2, float_t)
     vec3 = wp.types.vector(3, float_t)
     vec16 = wp.types.vector(16, float_t)
@@ -76,7 +78,7 @@ def make_projection_kernel(float_t):
 
     to_quat, pose_at = make_pose_funcs(float_t)
 
-    @wp.func
+    @wp.func(module=module)
     def project_radial_angle(p: vec3, fx: float_t, fy: float_t, cx: float_t, cy: float_t, f: float_t,
                              df: float_t, theta: float_t, r: float_t):
         """uv and d(uv)/dp for models with rho = f(theta) along the direction of (x, y)."""
@@ -106,7 +108,7 @@ def make_projection_kernel(float_t):
                   fy * y * ds_dr * dxr, fy * (s + y * ds_dr * dyr), fy * y * ds_dz)
         return vec2(u, v), J
 
-    @wp.func
+    @wp.func(module=module)
     def opencv_radial(k: vec16, r2: float_t):
         """Radial factor (1 + k1 r2 + k2 r4 + k3 r6) / (1 + k4 r2 + k5 r4 + k6 r6) and its derivative in r2."""
         a = float_t(1.0) + r2 * (k[4] + r2 * (k[5] + r2 * k[6]))
@@ -115,7 +117,7 @@ def make_projection_kernel(float_t):
         db = k[7] + r2 * (float_t(2.0) * k[8] + float_t(3.0) * r2 * k[9])
         return a / b, (da * b - a * db) / (b * b)
 
-    @wp.func
+    @wp.func(module=module)
     def opencv_distort(k: vec16, xn: float_t, yn: float_t):
         r2 = xn * xn + yn * yn
         radial, drad = opencv_radial(k, r2)
@@ -125,7 +127,7 @@ def make_projection_kernel(float_t):
         yd = yn * radial + p1 * (r2 + float_t(2.0) * yn * yn) + float_t(2.0) * p2 * xn * yn
         return xd, yd
 
-    @wp.func
+    @wp.func(module=module)
     def opencv_jacobian(k: vec16, xn: float_t, yn: float_t):
         """d(distorted)/d(normalised) of the OpenCV model at (xn, yn)."""
         r2 = xn * xn + yn * yn
@@ -138,7 +140,7 @@ def make_projection_kernel(float_t):
                      xy2 + float_t(2.0) * p1 * xn + float_t(2.0) * p2 * yn,
                      radial + float_t(2.0) * yn * yn * drad + float_t(6.0) * p1 * yn + float_t(2.0) * p2 * xn)
 
-    @wp.func
+    @wp.func(module=module)
     def project_point(model: int, k: vec16, p: vec3, near: float_t, width: int, height: int):
         """Pixel of camera-frame point p, its Jacobian, and whether the model can see it."""
         x = p[0]
@@ -197,7 +199,7 @@ def make_projection_kernel(float_t):
             uv, J = project_radial_angle(p, fx, fy, cx, cy, f, df, theta, r)
         return uv, J, ok
 
-    @wp.func
+    @wp.func(module=module)
     def line_fraction(shutter: int, uv: vec2, width: int, height: int):
         """Readout position of pixel uv in [0, 1] (0: first line read)."""
         frac = float_t(0.0)
@@ -213,7 +215,7 @@ def make_projection_kernel(float_t):
             frac = float_t(1.0) - uv[0] / cols
         return wp.clamp(frac, float_t(0.0), float_t(1.0))
 
-    @wp.func
+    @wp.func(module=module)
     def sh_channel(degree: int, sh: wp.array3d(dtype=float_t), i: int, ch: int, d: vec3):
         """One colour channel from spherical harmonics (coefficient-major [N, K, 3]) in unit direction d."""
         x = d[0]
@@ -243,7 +245,7 @@ def make_projection_kernel(float_t):
         # colour = 0.5 + SH, clamped at 0 (the DC convention of 3DGS)
         return wp.max(v + float_t(0.5), float_t(0.0))
 
-    @wp.kernel
+    @wp.kernel(module=module)
     def project_gaussians(
         means: wp.array(dtype=vec3),  # [N] world
         quats: wp.array(dtype=vec4),  # [N] (w, x, y, z), any norm

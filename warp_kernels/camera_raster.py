@@ -17,6 +17,7 @@ adjoint: compositing loops have run-time trip counts, which Warp's adjoint canno
 import warp as wp
 
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN
+from warp_kernels.modules import variant_module
 from warp_kernels.tile_binning import TILE_SIZE
 from warp_kernels.warp_lanes import lane_id, warp_any, warp_sum_f32, warp_sum_f64
 
@@ -40,10 +41,11 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds=None):
     there: global-memory latency is paid once per batch instead of once per Gaussian.
     Per-(camera, Gaussian) arrays are flat, indexed by ``camera * N + gaussian``.
     """
+    module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
     vec2 = wp.types.vector(2, float_t)
     vec3 = wp.types.vector(3, float_t)
 
-    @wp.func
+    @wp.func(module=module)
     def pixel_of(tile: int, lane: int, tiles_x: int, tiles_per_cam: int):
         c = tile // tiles_per_cam
         t = tile - c * tiles_per_cam
@@ -51,7 +53,7 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds=None):
         tx = t - ty * tiles_x
         return c, tx * TILE_SIZE + lane % TILE_SIZE, ty * TILE_SIZE + lane // TILE_SIZE
 
-    @wp.kernel(launch_bounds=launch_bounds)
+    @wp.kernel(module=module, launch_bounds=launch_bounds)
     def rasterize_forward(
         ranges: wp.array2d(dtype=wp.int32),  # [tiles, 2] slice of the sorted list per tile
         flat_ids: wp.array(dtype=wp.int32),  # [M] sorted values: camera * N + gaussian
@@ -119,7 +121,7 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds=None):
             out_depth[c, py, px] = depth
             out_last[c, py, px] = last
 
-    @wp.kernel(launch_bounds=launch_bounds)
+    @wp.kernel(module=module, launch_bounds=launch_bounds)
     def rasterize_backward(
         ranges: wp.array2d(dtype=wp.int32),
         flat_ids: wp.array(dtype=wp.int32),

@@ -11,7 +11,8 @@ Memory layout (what the torch side passes in, zero-copy):
     (so(3)); the corrected key pose is ``(exp(w) * q_k, p_k + dt)``.
 
 Every kernel is generic over the float type; float32 overloads run on the GPU, float64 overloads
-exist so tests can run float64 gradient checks.
+exist so tests can run float64 gradient checks (in a module of their own, see
+``warp_kernels.modules``).
 
 Kernels:
   * :data:`interpolate_forward`: one thread per output Gaussian, static ones first.
@@ -28,6 +29,8 @@ from __future__ import annotations
 from typing import Any
 
 import warp as wp
+
+from warp_kernels.modules import variant_module
 
 # Threads per block of the actor backward kernel: the width of its per-block reduction.
 BACKWARD_BLOCK_DIM = 256
@@ -347,7 +350,19 @@ def overloads(scalar: type) -> dict[str, wp.Kernel]:
     return _OVERLOADS[scalar]
 
 
+def _generic_kernels(scalar: type) -> tuple[wp.Kernel, wp.Kernel, wp.Kernel]:
+    """The generic kernels to overload for ``scalar``: for float64, copies registered in a module of
+    their own (``warp_kernels.modules``), so that float32 runs never compile them."""
+    module = variant_module(__name__, scalar)
+    if module is None:
+        return interpolate_forward, interpolate_backward_actors, actor_poses
+    return (wp.kernel(enable_backward=False, module=module)(interpolate_forward.func),
+            wp.kernel(enable_backward=False, module=module)(interpolate_backward_actors.func),
+            wp.kernel(module=module)(actor_poses.func))
+
+
 def _declare_overloads(scalar: type) -> None:
+    forward, backward_actors, poses = _generic_kernels(scalar)
     vec3 = wp.types.vector(3, scalar)
     vec4 = wp.types.vector(4, scalar)
     s = wp.array(dtype=scalar)
@@ -365,7 +380,7 @@ def _declare_overloads(scalar: type) -> None:
     }
     found = _OVERLOADS[scalar] = {}
     found["interpolate_forward"] = wp.overload(
-        interpolate_forward,
+        forward,
         {
             "t": s,
             "num_static": int,
@@ -381,7 +396,7 @@ def _declare_overloads(scalar: type) -> None:
         },
     )
     found["interpolate_backward_actors"] = wp.overload(
-        interpolate_backward_actors,
+        backward_actors,
         {
             "t": s,
             "num_static": int,
@@ -400,7 +415,7 @@ def _declare_overloads(scalar: type) -> None:
         },
     )
     found["actor_poses"] = wp.overload(
-        actor_poses,
+        poses,
         {"t": s, **keys, "out_quats": v4, "out_translations": v3, "out_visible": s},
     )
 

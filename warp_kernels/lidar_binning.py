@@ -41,6 +41,8 @@ import math
 
 import warp as wp
 
+from warp_kernels.modules import variant_module
+
 # integer bookkeeping only: no adjoints (halves the compile time)
 wp.set_module_options({"enable_backward": False})
 
@@ -91,11 +93,12 @@ def band_tiles(k0: int, k1: int, cols: int, columns: int):
 
 def make_binning_kernels(float_t):
     """``count_tiles`` and ``emit_keys`` for one float type of the splats."""
+    module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
     vec2 = wp.types.vector(2, float_t)
     vec4 = wp.types.vector(4, float_t)
     vec8 = wp.types.vector(8, float_t)
 
-    @wp.func
+    @wp.func(module=module)
     def column_span(alpha: float_t, ext: float_t, off_lo: float_t, off_hi: float_t, columns: int):
         """Columns k with a ray of offset in [off_lo, off_hi] inside [alpha - ext, alpha + ext]."""
         scale = float_t(columns) / float_t(TWO_PI)
@@ -103,7 +106,7 @@ def make_binning_kernels(float_t):
         k1 = int(wp.floor((alpha + ext - off_lo) * scale))
         return k0, k1
 
-    @wp.kernel
+    @wp.kernel(module=module)
     def count_tiles(
         splats: wp.array(dtype=vec8),  # [N]
         extents: wp.array(dtype=vec2),  # [N] (0, 0) = culled
@@ -129,7 +132,7 @@ def make_binning_kernels(float_t):
                     count += n1 + n2
         counts[i] = count
 
-    @wp.kernel
+    @wp.kernel(module=module)
     def emit_keys(
         splats: wp.array(dtype=vec8),  # [N]
         extents: wp.array(dtype=vec2),  # [N]
@@ -174,7 +177,7 @@ def make_binning_kernels(float_t):
                         values[k] = i
                     k += 1
 
-    @wp.kernel
+    @wp.kernel(module=module)
     def warp_masks(
         keys: wp.array(dtype=wp.int32),  # [M] sorted
         ids: wp.array(dtype=wp.int32),  # [M] sorted Gaussian indices

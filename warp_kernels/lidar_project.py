@@ -50,6 +50,7 @@ import math
 import warp as wp
 
 from warp_kernels.compositing import ALPHA_MIN
+from warp_kernels.modules import variant_module
 from warp_kernels.pose_funcs import make_pose_funcs
 
 BEAM_EPS = 0.3  # beam footprint variance, in units of the squared beam spacing of each axis
@@ -62,6 +63,7 @@ TWO_PI = 2.0 * math.pi
 
 def make_projection_kernel(float_t):
     """The lidar projection kernel for one float type (float32 for speed, float64 for gradcheck)."""
+    module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
     vec2 = wp.types.vector(2, float_t)
     vec3 = wp.types.vector(3, float_t)
     vec4 = wp.types.vector(4, float_t)
@@ -71,13 +73,13 @@ def make_projection_kernel(float_t):
 
     to_quat, pose_at = make_pose_funcs(float_t)
 
-    @wp.func
+    @wp.func(module=module)
     def sweep_azimuth(p: vec3, sign: float_t, start: float_t):
         """Azimuth of lidar-frame p along the rotation from the start azimuth, in [0, 2 pi]."""
         x = sign * (wp.atan2(p[1], p[0]) - start)
         return x - float_t(TWO_PI) * wp.floor(x / float_t(TWO_PI))
 
-    @wp.kernel
+    @wp.kernel(module=module)
     def project_lidar(
         means: wp.array(dtype=vec3),  # [N] world
         quats: wp.array(dtype=vec4),  # [N] (w, x, y, z), any norm

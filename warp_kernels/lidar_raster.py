@@ -47,6 +47,7 @@ import warp as wp
 
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN
 from warp_kernels.lidar_binning import TILE_RAYS
+from warp_kernels.modules import variant_module
 from warp_kernels.warp_lanes import lane_id, warp_any, warp_sum_f32, warp_sum_f64
 
 # fast_math: __expf in the compositing loops (the twin tests bound the difference)
@@ -108,10 +109,11 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds):
     per-item kernels (blocks past the device-side item count return at once), and
     ``wp.launch(dim=(C, W))`` for the merge.
     """
+    module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
     vec2 = wp.types.vector(2, float_t)
     vec8 = wp.types.vector(8, float_t)
 
-    @wp.func
+    @wp.func(module=module)
     def ray_angles(ch: int, k: int, channel_f: wp.array(dtype=vec2), columns: int):
         """Sweep azimuth in [0, 2 pi) and elevation of ray (ch, k); ch < 0 gives a dummy."""
         cf = channel_f[wp.max(ch, 0)]
@@ -119,7 +121,7 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds):
         az = az - float_t(TWO_PI) * wp.floor(az / float_t(TWO_PI))
         return az, cf[1]
 
-    @wp.func
+    @wp.func(module=module)
     def offsets(rec: vec8, ray_az: float_t, ray_el: float_t):
         """(azimuth, elevation) of the splat's centre from the ray, azimuth wrapped to [-pi, pi)."""
         da = rec[0] - ray_az  # in (-2 pi, 2 pi]: both lie in [0, 2 pi]
@@ -129,13 +131,13 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds):
             da += float_t(TWO_PI)
         return da, rec[1] - ray_el
 
-    @wp.func
+    @wp.func(module=module)
     def splat_sigma(rec: vec8, ray_az: float_t, ray_el: float_t):
         """Offsets (da, de) of the splat from the ray and sigma = 0.5 d^T conic d."""
         da, de = offsets(rec, ray_az, ray_el)
         return da, de, float_t(0.5) * (rec[2] * da * da + rec[4] * de * de) + rec[3] * da * de
 
-    @wp.kernel(launch_bounds=launch_bounds, grid_stride=False)
+    @wp.kernel(module=module, launch_bounds=launch_bounds, grid_stride=False)
     def chunk_transmittance(
         items: wp.array(dtype=wp.vec4i),  # [I] (tile, start, end, chunk index)
         num_items: wp.array(dtype=wp.int32),  # [1]
@@ -185,7 +187,7 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds):
         if ch >= 0:
             chunk_P[item, lane] = P
 
-    @wp.kernel(launch_bounds=launch_bounds, grid_stride=False)
+    @wp.kernel(module=module, launch_bounds=launch_bounds, grid_stride=False)
     def lidar_forward(
         items: wp.array(dtype=wp.vec4i),  # [I]
         num_items: wp.array(dtype=wp.int32),  # [1]
@@ -262,7 +264,7 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds):
             if med >= 0:
                 median_id[ch, k] = med
 
-    @wp.kernel
+    @wp.kernel(module=module)
     def lidar_merge(
         tile_items: wp.array(dtype=wp.vec2i),  # [T] (first item, number of items)
         channel_rank: wp.array(dtype=int),  # [C] elevation-sorted slot of each channel
@@ -306,7 +308,7 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds):
         else:
             out_median[c, k] = float_t(0.0)
 
-    @wp.kernel(launch_bounds=launch_bounds, grid_stride=False)
+    @wp.kernel(module=module, launch_bounds=launch_bounds, grid_stride=False)
     def lidar_backward(
         items: wp.array(dtype=wp.vec4i),  # [I]
         num_items: wp.array(dtype=wp.int32),  # [1]

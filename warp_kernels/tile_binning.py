@@ -12,6 +12,8 @@ Intersections past the capacity are not written; ``emit_keys`` counts all of the
 
 import warp as wp
 
+from warp_kernels.modules import variant_module
+
 TILE_SIZE = 16
 KEY_PAD = wp.constant(wp.int64(0x7FFFFFFFFFFFFFFF))  # sorts after every real key
 
@@ -28,9 +30,10 @@ def float_bits(x: wp.float32) -> wp.uint32:
 
 def make_binning_kernels(float_t):
     """``count_tiles`` and ``emit_keys`` for one float type of the projected means."""
+    module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
     vec2 = wp.types.vector(2, float_t)
 
-    @wp.func
+    @wp.func(module=module)
     def tile_rect(uv: vec2, radius: float_t, tiles_x: int, tiles_y: int):
         """Tiles [x0, x1) x [y0, y1) that a splat of this radius around uv may touch."""
         ts = float_t(TILE_SIZE)
@@ -40,7 +43,7 @@ def make_binning_kernels(float_t):
         y1 = wp.clamp(int(wp.floor((uv[1] + radius) / ts)) + 1, 0, tiles_y)
         return x0, x1, y0, y1
 
-    @wp.kernel
+    @wp.kernel(module=module)
     def count_tiles(
         means2d: wp.array2d(dtype=vec2),  # [C, N]
         radii: wp.array2d(dtype=wp.int32),  # [C, N]
@@ -57,7 +60,7 @@ def make_binning_kernels(float_t):
             count = (x1 - x0) * (y1 - y0)
         counts[c * n + i] = count
 
-    @wp.kernel
+    @wp.kernel(module=module)
     def emit_keys(
         means2d: wp.array2d(dtype=vec2),  # [C, N]
         radii: wp.array2d(dtype=wp.int32),  # [C, N]

@@ -253,10 +253,12 @@ def test_intersection_capacity_grows_without_losing_a_step():
     torch.testing.assert_close(again.rgb, exact.rgb, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("module_name", ["camera_project", "tile_binning", "camera_raster"])
+@pytest.mark.parametrize("module_name", ["camera_project", "tile_binning", "camera_raster",
+                                         "camera_project_f64", "tile_binning_f64", "camera_raster_f64"])
 def test_cuda_code_generation(module_name, tmp_path):
     """The CUDA build of each camera module compiles (NVRTC, sm_90) on a machine without a GPU:
-    CUDA-only code (warp shuffles, fast math) is checked in CI, not first on the device."""
+    CUDA-only code (warp shuffles, fast math) is checked in CI, not first on the device. The
+    ``_f64`` modules hold the float64 variants (``warp_kernels.modules``)."""
     import importlib
 
     import warp as wp
@@ -264,7 +266,9 @@ def test_cuda_code_generation(module_name, tmp_path):
     from nurec_usd.render.warp_torch import init_warp
 
     init_warp()
-    module = importlib.import_module(f"warp_kernels.{module_name}")
+    importlib.import_module(f"warp_kernels.{module_name.removesuffix('_f64')}")
+    module = f"warp_kernels.{module_name}"
+    assert wp.get_module(module).kernels, f"{module} holds no kernels"
     try:
         paths = wp.compile_aot_module(module, arch=90, module_dir=tmp_path)
     except Exception as exc:  # pragma: no cover - Warp builds without NVRTC (e.g. macOS)

@@ -363,11 +363,15 @@ def test_array_descriptors_match_warp_from_torch():
     assert bytes(memoryview(ours)) == bytes(memoryview(theirs))
 
 
-def test_cuda_code_generation_aot(tmp_path):
-    """The kernel module compiles to sm_90 CUDA (NVRTC, no GPU needed)."""
+@pytest.mark.parametrize("scalar", [wp.float32, wp.float64])
+def test_cuda_code_generation_aot(tmp_path, scalar):
+    """The kernel module compiles to sm_90 CUDA (NVRTC, no GPU needed); the float64 overloads
+    live in a module of their own, which float32 runs never compile."""
     import warp_kernels.interpolate as kernels
 
     wp.init()
-    paths = wp.compile_aot_module(kernels, arch=90, module_dir=tmp_path)
+    module = kernels.overloads(scalar)["interpolate_forward"].module
+    assert module.name == ("warp_kernels.interpolate" if scalar == wp.float32 else "warp_kernels.interpolate_f64")
+    paths = wp.compile_aot_module(module, arch=90, module_dir=tmp_path)
     assert paths and all(p.exists() and p.stat().st_size > 0 for p in paths)
     assert any("sm90" in p.name for p in paths)

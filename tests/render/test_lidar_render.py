@@ -561,7 +561,8 @@ def cubin_resources(path: Path) -> dict[str, dict[str, int]]:
     return out
 
 
-@pytest.mark.parametrize("module_name", ["lidar_project", "lidar_binning", "lidar_raster"])
+@pytest.mark.parametrize("module_name", ["lidar_project", "lidar_binning", "lidar_raster",
+                                         "lidar_project_f64", "lidar_binning_f64", "lidar_raster_f64"])
 def test_cuda_code_generation(module_name, tmp_path):
     import importlib
 
@@ -570,9 +571,11 @@ def test_cuda_code_generation(module_name, tmp_path):
     from nurec_usd.render.warp_torch import init_warp
 
     init_warp()
-    module = importlib.import_module(f"warp_kernels.{module_name}")
+    module = importlib.import_module(f"warp_kernels.{module_name.removesuffix('_f64')}")
+    target = f"warp_kernels.{module_name}"  # _f64: the float64 variants (warp_kernels.modules)
+    assert wp.get_module(target).kernels, f"{target} holds no kernels"
     try:
-        paths = wp.compile_aot_module(module, arch=90, module_dir=tmp_path)
+        paths = wp.compile_aot_module(target, arch=90, module_dir=tmp_path)
     except Exception as exc:  # pragma: no cover - environments without NVRTC
         if "nvrtc" in str(exc).lower():
             pytest.skip(f"no NVRTC here: {exc}")
