@@ -5,8 +5,9 @@
 
 Reports the export (stage seconds, size of every file), how long opening the stage takes, and for
 every held-out camera frame and lidar sweep: the PSNR between the USD replay and the in-memory
-render of the same frame (the bar is 50 dB) and the replay's time per view (CUDA events around
-a second render of each view, past the first ``--warmup`` views; median). The last lines are rows for benchmarks/RESULTS.md.
+render of the same frame (the bar is 50 dB), and the time per view of the replay and of the
+in-memory render (CUDA events around a second render of each view, past the first ``--warmup``
+views; medians). The last lines are rows for benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -27,6 +28,18 @@ from benchmarks.provenance import commit  # noqa: E402
 from benchmarks.timing import median_ms  # noqa: E402
 
 
+def _profile(replay, camera: str, times: list[float], downscale: int) -> None:
+    """Where a camera replay's time goes: torch profiler over a few views (CPU and CUDA time per op)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for t in times:
+            replay.render_camera(camera, t, downscale)
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="drive30", help="synth preset (default: drive30)")
@@ -34,6 +47,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--downscale", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=3, help="untimed replay frames per sensor first")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print where one camera replay's time goes (torch profiler)")
     args = parser.parse_args()
 
     import torch
@@ -75,12 +90,13 @@ def main() -> int:
         rows = []
         with torch.no_grad():
             for kind, refs in (("camera", data.eval_frames), ("lidar", data.eval_sweeps)):
-                times, scores = [], []
+                times, model_times, scores = [], [], []
                 for i, ref in enumerate(refs):
                     if kind == "camera":
                         sensor = data.cameras[ref.camera].id
                         want = renderer.camera(data.camera_view(ref)).image.clamp(0, 1)
                         render = lambda: replay.render_camera(sensor, ref.time_s, args.downscale)  # noqa: E731
+                        in_memory = lambda: renderer.camera(data.camera_view(ref))  # noqa: E731
                         got = render().clamp(0, 1)
                     else:
                         sensor = data.lidars[ref.lidar].id
@@ -88,23 +104,31 @@ def main() -> int:
                         scale = data.lidars[ref.lidar].template.max_range
                         want = (renderer.lidar(batch, t).range / scale).clamp(0, 1)
                         render = lambda: replay.render_lidar(sensor, ref.time_s)  # noqa: E731
+                        in_memory = lambda: renderer.lidar(batch, t)  # noqa: E731
                         got = (render().range / scale).clamp(0, 1)
                     scores.append(float(psnr(got, want)))
                     if i >= args.warmup:  # the first views of a kind compile and allocate
                         times.append(median_ms(render, torch.device(args.device), reps=1, warmup=0))
+                        model_times.append(median_ms(in_memory, torch.device(args.device), reps=1, warmup=0))
                 if scores:
                     med = statistics.median(times) if times else float("nan")
-                    rows.append((kind, len(scores), min(scores), statistics.median(scores), med))
+                    med_model = statistics.median(model_times) if model_times else float("nan")
+                    rows.append((kind, len(scores), min(scores), statistics.median(scores), med, med_model))
                     print(f"{kind}: {len(scores)} held-out views; replay vs model PSNR min {min(scores):.1f} dB, "
-                          f"median {statistics.median(scores):.1f} dB; replay {med:.1f} ms per view (median)")
+                          f"median {statistics.median(scores):.1f} dB; replay {med:.1f} ms per view, in-memory "
+                          f"render {med_model:.1f} ms (medians)")
+            if args.profile and data.eval_frames:
+                _profile(replay, data.cameras[data.eval_frames[0].camera].id,
+                         [f.time_s for f in data.eval_frames[:5]], args.downscale)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     today, rev = datetime.date.today(), commit()
     total_mb = sum(v for k, v in sizes.items() if k != "scene.usdz") / 1e6
     print(f"| {today} | {gpu} | {rev} | {args.preset} | export {result.stage_seconds.get('export', 0):.1f} s | "
           f"USD {total_mb:.1f} MB | usdz {sizes.get('scene.usdz', 0) / 1e6:.1f} MB | open {open_s:.2f} s |")
-    for kind, n, lo, mid, ms in rows:
-        print(f"| {today} | {gpu} | {rev} | {args.preset} {kind} | {n} | {lo:.1f} | {mid:.1f} | {ms:.1f} |")
+    for kind, n, lo, mid, ms, ms_model in rows:
+        print(f"| {today} | {gpu} | {rev} | {args.preset} {kind} | {n} | {lo:.1f} | {mid:.1f} | {ms:.1f} | "
+              f"{ms_model:.1f} |")
     return 0
 
 

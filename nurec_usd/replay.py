@@ -99,6 +99,15 @@ class _Splats:
     degree: int
 
 
+def _cat_splats(parts: list[_Splats]) -> _Splats | None:
+    """One set from several (fields concatenated; the path and degree of the first), or None."""
+    if not parts:
+        return None
+    fields = [f.name for f in dataclasses.fields(_Splats) if f.name not in ("path", "degree")]
+    return _Splats(parts[0].path, *(torch.cat([getattr(p, f) for p in parts]) for f in fields),
+                   max(p.degree for p in parts))
+
+
 def _intrinsics(names: list[str], values: list[float]) -> dict:
     """Back from ``nurec:camera:intrinsicNames/Values``: ``name_i`` entries become lists."""
     out: dict = {}
@@ -154,9 +163,15 @@ class Replay:
                 self.lidars[lid.id] = lid
         self._names = {Path(s.path).name: key for key, s in [*self.cameras.items(), *self.lidars.items()]}
         self.background = self._read_splats("/World/Background/Gaussians")
-        self.actors = [s for s in (self._read_splats(f"{p.GetPath()}/Gaussians")
-                                   for p in self._children("/World/Actors")) if s is not None]
-        self.sh_degree = max([s.degree for s in [self.background, *self.actors] if s is not None], default=0)
+        actors = [s for s in (self._read_splats(f"{p.GetPath()}/Gaussians")
+                              for p in self._children("/World/Actors")) if s is not None]
+        self.actor_paths = [s.path for s in actors]  # the splat prims USD moves, one per actor
+        # All actors' Gaussians in one set (their own frames), and the actor of each row: a
+        # placement is then a few batched ops, however many actors there are.
+        self._actor_splats = _cat_splats(actors)
+        self._actor_of = torch.cat([torch.full((len(s.means),), i, dtype=torch.long) for i, s in enumerate(actors)]
+                                   ).to(self.device) if actors else None
+        self.sh_degree = max([s.degree for s in [self.background, *actors] if s is not None], default=0)
         sky = self._read_sky()
         ids = list(self.cameras)
         exposure = torch.tensor([self.cameras[i].exposure for i in ids], dtype=torch.float32).reshape(-1, 6)
@@ -297,30 +312,48 @@ class Replay:
 
     def place(self, t_s: float) -> PlacedGaussians:
         """Every Gaussian in the world at ``t_s``: the background as stored, each actor moved by its
-        prim's transform at ``t_s`` and hidden where USD says it is invisible."""
+        prim's transform at ``t_s`` and hidden where USD says it is invisible. (The tensors may be
+        the replay's own: do not modify them in place.)"""
         from pxr import UsdGeom
 
-        parts = [] if self.background is None else [
-            self._moved(self.background, self.world_pose(self.background.path, t_s), True)]
-        code = self._code(t_s)
-        for s in self.actors:
-            visible = UsdGeom.Imageable(self.stage.GetPrimAtPath(s.path)).ComputeVisibility(code) != \
-                UsdGeom.Tokens.invisible
-            parts.append(self._moved(s, self.world_pose(s.path, t_s), visible))
+        parts = []
+        if self.background is not None:
+            T = self.world_pose(self.background.path, t_s)
+            if torch.equal(T, torch.eye(4, dtype=T.dtype)):
+                parts.append(PlacedGaussians(*(getattr(self.background, f.name)
+                                               for f in dataclasses.fields(PlacedGaussians))))
+            else:
+                parts.append(self._moved(self.background, T[None], torch.ones(1, dtype=torch.float64), None))
+        if self._actor_splats is not None:
+            code = self._code(t_s)
+            T = torch.stack([self.world_pose(path, t_s) for path in self.actor_paths])  # [A, 4, 4] host
+            visible = torch.tensor([float(UsdGeom.Imageable(self.stage.GetPrimAtPath(path)).ComputeVisibility(code)
+                                          != UsdGeom.Tokens.invisible) for path in self.actor_paths],
+                                   dtype=torch.float64)  # [A]
+            parts.append(self._moved(self._actor_splats, T, visible, self._actor_of))
         if not parts:
             z = lambda *shape: torch.zeros(*shape, device=self.device)  # noqa: E731
             return PlacedGaussians(z(0, 3), z(0, 4), z(0, 3), z(0), z(0, SH_COEFFS, 3), z(0))
+        if len(parts) == 1:
+            return parts[0]
         cat = lambda field: torch.cat([getattr(p, field) for p in parts])  # noqa: E731
         return PlacedGaussians(*(cat(f.name) for f in dataclasses.fields(PlacedGaussians)))
 
-    def _moved(self, s: _Splats, T: torch.Tensor, visible: bool) -> PlacedGaussians:  # T: [4, 4] float64
-        T = T.to(self.device)
-        R, p = T[:3, :3], T[:3, 3]
-        identity = bool(torch.equal(T, torch.eye(4, dtype=T.dtype, device=T.device)))
-        means = s.means if identity else (s.means.double() @ R.T + p).float()
-        quats = s.quats if identity else quat_multiply(matrix_to_quat(R).float().expand_as(s.quats), s.quats)
-        opac = s.opacities if visible else torch.zeros_like(s.opacities)
-        return PlacedGaussians(means, quats, s.scales, opac, s.sh, s.intensities)
+    def _moved(self, s: _Splats, T: torch.Tensor,  # [A, 4, 4] float64, on the host
+               visible: torch.Tensor,  # [A] 0 or 1, on the host
+               owner: torch.Tensor | None,  # [N] the row of T of each Gaussian; None: row 0
+               ) -> PlacedGaussians:
+        """Gaussians ``s`` moved by per-owner rigid transforms, hidden where their owner is not visible.
+        The transforms go to the device in one copy; the rest is a few batched ops."""
+        q = matrix_to_quat(T[:, :3, :3])  # [A, 4]
+        packed = torch.cat((T[:, :3, :3].reshape(-1, 9), T[:, :3, 3], q, visible[:, None]), dim=1)  # [A, 17]
+        packed = packed.to(device=self.device, dtype=torch.float32)
+        R, p, q, vis = packed[:, :9].reshape(-1, 3, 3), packed[:, 9:12], packed[:, 12:16], packed[:, 16]
+        if owner is not None:
+            R, p, q, vis = R[owner], p[owner], q[owner], vis[owner]
+        means = torch.einsum("nij,nj->ni", R, s.means) + p
+        quats = quat_multiply(q.expand_as(s.quats), s.quats)
+        return PlacedGaussians(means, quats, s.scales, s.opacities * vis, s.sh, s.intensities)
 
     # -- rendering --------------------------------------------------------------------------
 
