@@ -182,6 +182,7 @@ class Replay:
                             ids, exposure.to(self.device), self.sh_degree)
         self._renderer = SceneRenderer(self._scene)
         self._geometry: dict[tuple[str, int], CameraGeometry] = {}
+        self._lidar_templates: dict[str, LidarBatch] = {}
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -386,7 +387,10 @@ class Replay:
         """The sweep of lidar ``lid`` that starts at ``t_s``."""
         T0 = self.world_pose(lid.path, t_s)
         T1 = self.world_pose(lid.path, t_s + lid.period_s)
-        template = LidarBatch.from_model(lid.model, torch.eye(4, dtype=torch.float32, device=self.device))
+        template = self._lidar_templates.get(lid.id)
+        if template is None:  # built once per lidar: its channel bands take host work
+            template = self._lidar_templates[lid.id] = LidarBatch.from_model(
+                lid.model, torch.eye(4, dtype=torch.float32, device=self.device))
         q0, p0, q1, p1 = (x.to(device=self.device, dtype=torch.float32) for x in sensor_poses(T0[None], T1[None]))
         return dataclasses.replace(template, rot_start=q0, trans_start=p0, rot_end=q1, trans_end=p1)
 
