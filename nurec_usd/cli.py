@@ -140,7 +140,11 @@ def _cmd_build(args: argparse.Namespace) -> int:
     print(f"gaussians    {m['gaussians']:,} ({m['static_gaussians']:,} static, {m['actor_gaussians']:,} actor)")
     print("seconds      " + ", ".join(f"{k} {v:.1f}" for k, v in result.stage_seconds.items()))
     usd = result.out_dir / "usd" / "root.usda"
-    print(f"usd          {usd if usd.is_file() else 'not written (see manifest.json: usd_export)'}")
+    agreement = [f"{kind} {m[key]:.1f} dB" for kind, key in (("frame", "usd_replay_camera_psnr"),
+                                                            ("sweep", "usd_replay_lidar_psnr"))
+                 if m.get(key) is not None]
+    replayed = f" (replay vs model on a held-out {', '.join(agreement)})" if agreement else ""
+    print(f"usd          {str(usd) + replayed if usd.is_file() else 'not written (see manifest.json: usd_export)'}")
     return 0 if result.status != "diverged" else 1
 
 

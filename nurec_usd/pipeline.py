@@ -346,6 +346,14 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         with tqdm(total=n_eval, desc="eval", unit="view", disable=not progress or None, file=sys.stderr,
                   leave=False) as bar:
             metrics = evaluate(scene, data, staged.path, progress=bar.update)
+        if usd_note is None:  # the export must replay the scene: checked on a held-out frame and sweep
+            from nurec_usd.train.evaluate import replay_agreement
+
+            try:
+                metrics.update(replay_agreement(staged.path / "usd" / "root.usda", scene, data))
+            except Exception as err:  # noqa: BLE001 - reported, the run itself is fine
+                say(f"note: replaying the USD export failed: {type(err).__name__}: {err}")
+                metrics["usd_replay_error"] = f"{type(err).__name__}: {err}"
         stages["eval"] = time.monotonic() - t0
         metrics.update({"status": result.status, "steps": result.steps, "gaussians": scene.num_gaussians,
                         "static_gaussians": len(scene.static), "actor_gaussians": len(scene.actors),

@@ -65,6 +65,7 @@ SKY_TEXTURE = "sky.png"
 # on local +Z (OpenEXR's convention); this 120-degree turn about (1, 1, 1) maps local x, y, z to
 # world y, z, x, so the pole is the world's up (+Z) and longitude 0 looks down world +X.
 DOME_ORIENT = (0.5, 0.5, 0.5, 0.5)
+# The optional collision mesh (export_usd(collision=True)), referenced from root.usda.
 COLLISION_LAYER = "collision.usdc"
 # Offset after a track's last key from which its actor is invisible: 1 microsecond.
 _END_EPS_S = 1e-6

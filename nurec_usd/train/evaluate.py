@@ -92,6 +92,31 @@ def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_s
     return summarise(per_frame, lidar_rows)
 
 
+@torch.no_grad()
+def replay_agreement(usd_root: Path, scene: Scene, data: CaptureData) -> dict[str, float | None]:
+    """How closely the USD export replays the scene: PSNR between the replay (``nurec_usd.replay``,
+    reading the USD alone) and the in-memory render of the first held-out frame and sweep (lidar:
+    range / max range). None where there is no such view."""
+    from nurec_usd.replay import Replay
+
+    replay = Replay(usd_root, device=data.device)
+    renderer = SceneRenderer(scene)
+    out: dict[str, float | None] = {"usd_replay_camera_psnr": None, "usd_replay_lidar_psnr": None}
+    if data.eval_frames:
+        ref = data.eval_frames[0]
+        want = renderer.camera(data.camera_view(ref)).image.clamp(0, 1)
+        got = replay.render_camera(data.cameras[ref.camera].id, ref.time_s, data.downscale).clamp(0, 1)
+        out["usd_replay_camera_psnr"] = float(psnr(got, want))
+    if data.eval_sweeps:
+        ref = data.eval_sweeps[0]
+        lidar = data.lidars[ref.lidar]
+        batch, t = data.lidar_batch(ref)
+        want = (renderer.lidar(batch, t).range / lidar.template.max_range).clamp(0, 1)
+        got = (replay.render_lidar(lidar.id, ref.time_s).range / lidar.template.max_range).clamp(0, 1)
+        out["usd_replay_lidar_psnr"] = float(psnr(got, want))
+    return out
+
+
 def summarise(per_frame: list[dict[str, Any]], lidar_rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Means over the held-out frames and medians over the held-out sweeps."""
     def mean(key: str, rows: list[dict[str, Any]]) -> float:

@@ -92,6 +92,14 @@ def test_lidar_replay_equals_the_model(replay, model):
             assert float(psnr(a.clamp(0, 1), b.clamp(0, 1))) >= REPLAY_PSNR_DB, (ref.sweep, name)
 
 
+def test_the_build_checked_its_own_export(tiny_run):
+    import json
+
+    metrics = json.loads((tiny_run / "metrics.json").read_text())
+    assert metrics["usd_replay_camera_psnr"] >= REPLAY_PSNR_DB
+    assert metrics["usd_replay_lidar_psnr"] >= REPLAY_PSNR_DB
+
+
 def test_actors_are_placed_by_usd_and_hidden_outside_their_tracks(replay, tiny_run):
     scene = Scene.load(tiny_run / "scene.pt")
     n_static = len(scene.static)
