@@ -206,10 +206,13 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 def _recorded_time(replay, sensor, index: int) -> float:
     """Start time of a sensor's index-th recorded frame or sweep."""
-    times = getattr(sensor, "frame_times_s", None)
-    times = sensor.sweep_times_s if times is None else times
+    from nurec_usd.replay import StageCamera
+
+    camera = isinstance(sensor, StageCamera)
+    times = sensor.frame_times_s if camera else sensor.sweep_times_s
     if not 0 <= index < len(times):
-        raise ValueError(f"--frame {index}: {sensor.id} recorded {len(times)} frames (0 to {len(times) - 1})")
+        raise ValueError(f"--frame {index}: {sensor.id} recorded {len(times)} {'frames' if camera else 'sweeps'} "
+                         f"(0 to {len(times) - 1})")
     return float(times[index])
 
 
