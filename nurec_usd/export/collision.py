@@ -12,10 +12,11 @@ integrates nothing (a plane 3 m in front of an identity camera yields an empty v
 while ``UniformTSDFVolume`` and ``VoxelBlockGrid`` fuse the same image correctly.
 
 Each view is a virtual global-shutter pinhole camera at the real camera's pose (mid
-readout), ``width`` pixels wide with the camera's aspect ratio: the camera's own focal
-length for pinhole / OpenCV cameras, a 90 degree horizontal field of view for fisheye and
-f-theta lenses (the TSDF needs pinhole intrinsics). The renderer's per-Gaussian depth is
-the camera z for pinhole cameras, which is what the TSDF expects.
+readout), ``width`` pixels wide with the camera's aspect ratio (the TSDF needs pinhole
+intrinsics): the camera's own focal length for pinhole / OpenCV cameras. A fisheye or f-theta
+lens gets three 90 degree views, straight ahead and turned left and right until their outer
+edges meet the lens's horizontal edge. The renderer's per-Gaussian depth is the camera z for
+pinhole cameras, which is what the TSDF expects.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from nurec_usd.sensors.se3 import PoseTrajectory, invert_transform
 
 __all__ = ["collision_mesh", "write_collision", "vertex_normals"]
 
-WIDE_FOV_DEG = 90.0  # horizontal field of view of the virtual camera of fisheye / f-theta lenses
+WIDE_FOV_DEG = 90.0  # horizontal field of view of each virtual camera of a fisheye / f-theta lens
 MIN_ALPHA = 0.5  # pixels less opaque than this carry no depth
 MIN_CLUSTER_TRIANGLES = 50  # connected pieces smaller than this are dropped as floaters
 TRUNC_VOXELS = 4.0  # TSDF truncation distance, in voxels
@@ -77,6 +78,41 @@ def _pinhole(cam: dict[str, Any], width: int) -> tuple[int, np.ndarray]:
         fx = fy = 0.5 * width / math.tan(math.radians(WIDE_FOV_DEG) / 2)
         cx, cy = (width - 1) / 2, (height - 1) / 2
     return height, np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
+
+
+def horizontal_half_fov(cam: dict[str, Any]) -> float:
+    """Half the horizontal field of view of a capture camera (rad): the larger angle from the
+    optical axis of the two ends of the image row through the principal point, within the lens's
+    valid angles."""
+    from nurec_usd.sensors.cameras import camera_model
+
+    model = camera_model(cam["model"], cam["width"], cam["height"], cam["intrinsics"], dtype=torch.float64)
+    cy = float(cam["intrinsics"]["cy"])
+    rays = model.unproject(torch.tensor([[0.0, cy], [cam["width"] - 1.0, cy]], dtype=torch.float64))  # [2, 3]
+    angles = torch.atan2(rays[:, 0].abs(), rays[:, 2])  # beyond 90 degrees when z < 0
+    angles = angles[torch.isfinite(angles)]
+    half = float(angles.max()) if len(angles) else math.radians(WIDE_FOV_DEG) / 2
+    max_theta = getattr(model, "max_theta", None)
+    return min(half, float(max_theta)) if max_theta is not None else half
+
+
+def _yaws(cam: dict[str, Any]) -> list[float]:
+    """Turns (rad, about the camera's y axis) of the virtual pinhole views of a camera. Pinhole and
+    OpenCV cameras: one view. Wide lenses: a WIDE_FOV_DEG view straight ahead and, when the lens
+    sees further, one turned to each side so that its outer edge meets the lens's (their 90 degree
+    views overlap the centre one for any lens up to 270 degrees)."""
+    if cam["model"] in ("pinhole", "opencv"):
+        return [0.0]
+    reach = horizontal_half_fov(cam) - math.radians(WIDE_FOV_DEG) / 2
+    return [-reach, 0.0, reach] if reach > math.radians(1.0) else [0.0]
+
+
+def _turn_y(angle: float) -> torch.Tensor:  # [4, 4]
+    """A rotation about y (OpenCV camera axes: positive turns the view from +z toward +x)."""
+    c, s = math.cos(angle), math.sin(angle)
+    T = torch.eye(4, dtype=torch.float64)
+    T[0, 0], T[0, 2], T[2, 0], T[2, 2] = c, s, -s, c
+    return T
 
 
 def collision_mesh(scene: Scene, device: str | torch.device = "cpu", voxel_m: float | None = None,
@@ -132,23 +168,24 @@ def collision_mesh(scene: Scene, device: str | torch.device = "cpu", voxel_m: fl
     for done, (cam, t) in enumerate(views, start=1):
         T_world_camera = rig_pose.at(torch.tensor([t], dtype=torch.float64))[0] @ torch.as_tensor(
             cam["T_rig_camera"], dtype=torch.float64)  # [4, 4]
-        T_camera_world = invert_transform(T_world_camera)  # [4, 4]
         height, K = _pinhole(cam, width)
-        batch = CameraBatch.pinhole(T_camera_world[None].to(device), torch.from_numpy(K)[None], width, height)
-        with torch.no_grad():
-            out = render_cameras(means, quats, scales, opacities, colors, batch, settings=settings)
-            alpha = out.alpha[0]  # [H, W]
-            depth = out.depth[0] / alpha.clamp_min(1e-6)  # [H, W] expected camera z (pinhole depth is z)
-            keep = (alpha > MIN_ALPHA) & (depth > 0) & (depth <= max_depth_m) & torch.isfinite(depth)
-            depth = torch.where(keep, depth, torch.zeros_like(depth)).cpu().numpy()  # [H, W], 0: no data
-        if keep.any():  # open3d refuses a depth map that touches no voxel block
-            image = o3d.t.geometry.Image(o3d.core.Tensor(np.ascontiguousarray(depth)))
-            intrinsic = o3d.core.Tensor(K, o3d.core.float64)  # [3, 3]
-            extrinsic = o3d.core.Tensor(T_camera_world.numpy(), o3d.core.float64)  # [4, 4] world -> camera
-            blocks = grid.compute_unique_block_coordinates(image, intrinsic, extrinsic, 1.0, float(max_depth_m),
-                                                           TRUNC_VOXELS)
-            grid.integrate(blocks, image, intrinsic, extrinsic, 1.0, float(max_depth_m), TRUNC_VOXELS)
-            fused += 1
+        for yaw in _yaws(cam):
+            T_camera_world = invert_transform(T_world_camera @ _turn_y(yaw))  # [4, 4]
+            batch = CameraBatch.pinhole(T_camera_world[None].to(device), torch.from_numpy(K)[None], width, height)
+            with torch.no_grad():
+                out = render_cameras(means, quats, scales, opacities, colors, batch, settings=settings)
+                alpha = out.alpha[0]  # [H, W]
+                depth = out.depth[0] / alpha.clamp_min(1e-6)  # [H, W] expected camera z (pinhole depth is z)
+                keep = (alpha > MIN_ALPHA) & (depth > 0) & (depth <= max_depth_m) & torch.isfinite(depth)
+                depth = torch.where(keep, depth, torch.zeros_like(depth)).cpu().numpy()  # [H, W], 0: no data
+            if keep.any():  # open3d refuses a depth map that touches no voxel block
+                image = o3d.t.geometry.Image(o3d.core.Tensor(np.ascontiguousarray(depth)))
+                intrinsic = o3d.core.Tensor(K, o3d.core.float64)  # [3, 3]
+                extrinsic = o3d.core.Tensor(T_camera_world.numpy(), o3d.core.float64)  # [4, 4] world -> camera
+                blocks = grid.compute_unique_block_coordinates(image, intrinsic, extrinsic, 1.0,
+                                                               float(max_depth_m), TRUNC_VOXELS)
+                grid.integrate(blocks, image, intrinsic, extrinsic, 1.0, float(max_depth_m), TRUNC_VOXELS)
+                fused += 1
         if progress is not None:
             progress(done, len(views))
     if not fused:

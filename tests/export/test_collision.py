@@ -205,6 +205,28 @@ def test_views_are_spread_over_cameras_and_frames(scene):
     assert len({(cam["id"], t) for cam, t in every}) == len(every)
 
 
+def test_wide_lenses_are_covered_by_turned_pinhole_views(scene):
+    """Pinhole and OpenCV cameras get one virtual view; fisheye and f-theta lenses get three 90 degree
+    views whose outer edges meet the lens's own horizontal edge, and which overlap the centre view."""
+    from nurec_usd.sensors.cameras import camera_model
+
+    for cam in scene.metadata["rig"]["cameras"]:
+        yaws = collision._yaws(cam)
+        half = collision.horizontal_half_fov(cam)
+        if cam["model"] in ("pinhole", "opencv"):
+            assert yaws == [0.0]
+            continue
+        assert len(yaws) == 3 and yaws[1] == 0.0 and yaws[0] == -yaws[2]
+        assert yaws[2] + math.radians(45) == pytest.approx(half)  # the side view ends at the lens's edge
+        assert yaws[2] - math.radians(45) < math.radians(45)  # and overlaps the centre view
+        # the lens really sees (almost) that far: a direction 1 degree inside projects into the image
+        model = camera_model(cam["model"], cam["width"], cam["height"], cam["intrinsics"], dtype=torch.float64)
+        for side in (-1.0, 1.0):
+            a = half - math.radians(1.0)
+            uv, valid = model.project(torch.tensor([[side * math.sin(a), 0.0, math.cos(a)]], dtype=torch.float64))
+            assert bool(valid[0]) and 0 <= float(uv[0, 0]) <= cam["width"] - 1, (cam["id"], side)
+
+
 def test_default_voxel_follows_the_extent():
     rng = np.random.default_rng(0)
     box = rng.uniform(0.0, 1.0, (10_000, 3))
