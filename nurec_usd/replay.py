@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nurec_usd.export.usd_layers import INTENSITY_PRIMVAR
+from nurec_usd.export.usd_layers import CV_TO_USD, INTENSITY_PRIMVAR, intrinsics_from_items
 from nurec_usd.export.usd_schema import register_schema
 from nurec_usd.render.lidar import LidarBatch, LidarRender
 from nurec_usd.scene.gaussians import SH_COEFFS, GaussianParams, Scene
@@ -32,8 +32,8 @@ from nurec_usd.sensors.se3 import matrix_to_quat, quat_multiply
 
 __all__ = ["Replay", "ReplayError", "StageCamera", "StageLidar", "find_root"]
 
-# USD cameras look down -Z with +Y up; ours (OpenCV) down +Z with +Y down.
-_USD_TO_CV = torch.diag(torch.tensor([1.0, -1.0, -1.0, 1.0], dtype=torch.float64))
+# USD cameras look down -Z with +Y up; ours (OpenCV) down +Z with +Y down (the flip is its own inverse).
+_USD_TO_CV = torch.from_numpy(CV_TO_USD)
 
 
 class ReplayError(ValueError):
@@ -106,21 +106,6 @@ def _cat_splats(parts: list[_Splats]) -> _Splats | None:
     fields = [f.name for f in dataclasses.fields(_Splats) if f.name not in ("path", "degree")]
     return _Splats(parts[0].path, *(torch.cat([getattr(p, f) for p in parts]) for f in fields),
                    max(p.degree for p in parts))
-
-
-def _intrinsics(names: list[str], values: list[float]) -> dict:
-    """Back from ``nurec:camera:intrinsicNames/Values``: ``name_i`` entries become lists."""
-    out: dict = {}
-    lists: dict[str, dict[int, float]] = {}
-    for name, value in zip(names, values):
-        base, _, index = name.rpartition("_")
-        if base and index.isdigit():
-            lists.setdefault(base, {})[int(index)] = float(value)
-        else:
-            out[name] = float(value)
-    for base, items in lists.items():
-        out[base] = [items[i] for i in sorted(items)]
-    return out
 
 
 class Replay:
@@ -211,7 +196,8 @@ class Replay:
         return StageCamera(
             id=str(prim.GetCustomDataByKey("nurec:sensorId") or prim.GetName()), path=str(prim.GetPath()),
             model=str(a("nurec:camera:model")), width=width, height=height,
-            intrinsics=_intrinsics(list(a("nurec:camera:intrinsicNames")), list(a("nurec:camera:intrinsicValues"))),
+            intrinsics=intrinsics_from_items(list(a("nurec:camera:intrinsicNames")),
+                                             list(a("nurec:camera:intrinsicValues"))),
             shutter=shutter, readout_s=readout_s, exposure=exposure,
             frame_times_s=self._seconds(a("nurec:camera:frameTimestampsUs", [])))
 

@@ -42,7 +42,8 @@ import numpy as np
 from nurec_usd.capture.staging import StagedDirectory
 from nurec_usd.export.usd_schema import CAMERA_API, LIDAR_API, register_schema
 
-__all__ = ["export_usd", "Timing", "COLOR_SPACE", "LENS_APIS", "INTENSITY_PRIMVAR", "SKY_TEXTURE", "DOME_ORIENT"]
+__all__ = ["export_usd", "Timing", "COLOR_SPACE", "LENS_APIS", "INTENSITY_PRIMVAR", "SKY_TEXTURE", "DOME_ORIENT",
+           "CV_TO_USD", "intrinsic_items", "intrinsics_from_items"]
 
 SH_C0 = 0.28209479177387814
 # Gaussians are fit to sRGB-encoded images: their colours are display-referred sRGB.
@@ -69,8 +70,9 @@ DOME_ORIENT = (0.5, 0.5, 0.5, 0.5)
 COLLISION_LAYER = "collision.usdc"
 # Offset after a track's last key from which its actor is invisible: 1 microsecond.
 _END_EPS_S = 1e-6
-# OpenCV camera axes (x right, y down, z forward) -> USD camera axes (x right, y up, -z forward).
-_CV_TO_USD = np.diag([1.0, -1.0, -1.0, 1.0])
+# OpenCV camera axes (x right, y down, z forward) -> USD camera axes (x right, y up, -z forward);
+# its own inverse.
+CV_TO_USD = np.diag([1.0, -1.0, -1.0, 1.0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -443,7 +445,9 @@ def _ftheta_backward(coeffs: list[float], max_fov_deg: float, width: int, height
     return [0.0, *map(float, k)]
 
 
-def _intrinsic_items(intr: dict) -> tuple[list[str], list[float]]:
+def intrinsic_items(intr: dict) -> tuple[list[str], list[float]]:
+    """A camera's intrinsics as ``nurec:camera:intrinsicNames/Values``: list entries (f-theta
+    polynomials) become ``name_0``, ``name_1``, ...; :func:`intrinsics_from_items` reverses it."""
     names, values = [], []
     for key in sorted(intr):
         v = intr[key]
@@ -457,12 +461,27 @@ def _intrinsic_items(intr: dict) -> tuple[list[str], list[float]]:
     return names, values
 
 
+def intrinsics_from_items(names: list[str], values: list[float]) -> dict:
+    """Back from :func:`intrinsic_items`: ``name_i`` entries become lists again."""
+    out: dict = {}
+    lists: dict[str, dict[int, float]] = {}
+    for name, value in zip(names, values):
+        base, _, index = name.rpartition("_")
+        if base and index.isdigit():
+            lists.setdefault(base, {})[int(index)] = float(value)
+        else:
+            out[name] = float(value)
+    for base, items in lists.items():
+        out[base] = [items[i] for i in sorted(items)]
+    return out
+
+
 def _write_camera(stage, path: str, cam: dict, exposure: list[float] | None) -> None:
     from pxr import Gf, Sdf, UsdGeom, Vt
 
     c = UsdGeom.Camera.Define(stage, path)
     c.GetPrim().SetCustomDataByKey("nurec:sensorId", str(cam["id"]))
-    T = np.asarray(cam["T_rig_camera"], dtype=np.float64) @ _CV_TO_USD
+    T = np.asarray(cam["T_rig_camera"], dtype=np.float64) @ CV_TO_USD
     p, q = _rigid_parts(T)
     _set_pose_ops(c, p, q, None)
     W, H, I, model = int(cam["width"]), int(cam["height"]), dict(cam["intrinsics"]), cam["model"]
@@ -486,7 +505,7 @@ def _write_camera(stage, path: str, cam: dict, exposure: list[float] | None) -> 
     prim = c.GetPrim()
     prim.ApplyAPI(CAMERA_API)
     attr = lambda n, t, v: prim.CreateAttribute(n, t, False, Sdf.VariabilityUniform).Set(v)  # noqa: E731
-    names, values = _intrinsic_items(I)
+    names, values = intrinsic_items(I)
     attr("nurec:camera:model", Sdf.ValueTypeNames.Token, model)
     attr("nurec:camera:imageSize", Sdf.ValueTypeNames.Int2, Gf.Vec2i(W, H))
     attr("nurec:camera:intrinsicNames", Sdf.ValueTypeNames.TokenArray, Vt.TokenArray(names))
