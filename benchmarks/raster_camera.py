@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.timing import median_ms  # noqa: E402
+from benchmarks.timing import host_ms, median_ms  # noqa: E402
 from nurec_usd.render.camera import CameraBatch, RenderSettings, render_cameras  # noqa: E402
 
 CONFIGS = [  # (grid g, cameras, scale of the 648x420 resolution)
@@ -151,6 +151,8 @@ def main() -> None:
         row = {"n": len(means), "views": f"{ncam} x {w}x{h}", "isect": int(out.intersections)}
         row["ours_fwd"] = median_ms(ours_fwd, device, args.reps)
         row["ours_fb"] = median_ms(ours_fwd_bwd, device, args.reps)
+        row["host_fwd"] = host_ms(ours_fwd, device, args.reps)
+        row["host_fb"] = host_ms(ours_fwd_bwd, device, args.reps)
         if gsplat is not None:
             def gs_fwd():
                 gsplat.rasterization(*params, viewmats, Ks, w, h)
@@ -161,7 +163,8 @@ def main() -> None:
 
             row["gs_fwd"] = median_ms(gs_fwd, device, args.reps)
             row["gs_fb"] = median_ms(gs_fwd_bwd, device, args.reps)
-            ref, _, _ = gsplat.rasterization(*params, viewmats, Ks, w, h)
+            ref, _, meta = gsplat.rasterization(*params, viewmats, Ks, w, h)
+            row["gs_isect"] = int(meta["flatten_ids"].numel())
             mine = render_cameras(*params, cams, settings=settings).rgb
             row["psnr"] = psnr(mine, ref)
             if args.dump:
@@ -178,15 +181,17 @@ def main() -> None:
 
     print()
     print(f"raster-camera on {torch.cuda.get_device_name(0)}, torch {torch.__version__}, median of {args.reps}")
-    head = "| Gaussians | views | intersections | ours fwd | ours fwd+bwd |"
+    head = "| Gaussians | views | intersections | ours fwd | ours fwd+bwd | host fwd / fwd+bwd |"
     if gsplat is not None:
-        head += " gsplat fwd | gsplat fwd+bwd | fwd ratio | fwd+bwd ratio | PSNR vs gsplat |"
+        head += (" gsplat intersections | gsplat fwd | gsplat fwd+bwd | fwd ratio | fwd+bwd ratio |"
+                 " PSNR vs gsplat |")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for r in rows:
-        line = f"| {r['n']:,} | {r['views']} | {r['isect']:,} | {r['ours_fwd']:.2f} ms | {r['ours_fb']:.2f} ms |"
+        line = (f"| {r['n']:,} | {r['views']} | {r['isect']:,} | {r['ours_fwd']:.2f} ms | {r['ours_fb']:.2f} ms |"
+                f" {r['host_fwd']:.2f} / {r['host_fb']:.2f} ms |")
         if gsplat is not None:
-            line += (f" {r['gs_fwd']:.2f} ms | {r['gs_fb']:.2f} ms | {r['ours_fwd'] / r['gs_fwd']:.2f}x |"
+            line += (f" {r['gs_isect']:,} | {r['gs_fwd']:.2f} ms | {r['gs_fb']:.2f} ms | {r['ours_fwd'] / r['gs_fwd']:.2f}x |"
                      f" {r['ours_fb'] / r['gs_fb']:.2f}x | {r['psnr']:.1f} dB |")
         print(line)
 

@@ -39,7 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from benchmarks.timing import median_ms  # noqa: E402
+from benchmarks.timing import host_ms, median_ms  # noqa: E402
 
 # imported in main(), after --min-blocks has set the kernels' register budget
 LidarRenderSettings = bin_lidar = render_lidar = tile_work = render_lidar_reference = None
@@ -195,6 +195,7 @@ def main() -> None:
         row = {"n": n, "visible": visible, "isect": wanted, "items": work["items"], "hit": hit,
                "tile_ratio": work["max_tile_ratio"], "item_ratio": work["max_item_ratio"],
                "bin": measure(bin_only, args.reps), "fwd": measure(fwd, args.reps), "fb": measure(fwd_bwd, args.reps)}
+        row["host_fwd"], row["host_fb"] = host_ms(fwd, device, args.reps), host_ms(fwd_bwd, device, args.reps)
         row["fwd_rays"] = rays / (row["fwd"] * 1e-3)
         row["fb_rays"] = rays / (row["fb"] * 1e-3)
         rows.append(row)
@@ -218,12 +219,13 @@ def main() -> None:
           f"median of {args.reps}"
           + ("" if check_ok is None else f"; correctness vs twin {'PASSED' if check_ok else 'FAILED'}"))
     head = ("| Gaussians | visible | intersections | work items | bin | forward | fwd rays/s | fwd+bwd | "
-            "fwd+bwd rays/s | busiest tile / mean | busiest block / mean | rays hit |")
+            "fwd+bwd rays/s | host fwd / fwd+bwd | busiest tile / mean | busiest block / mean | rays hit |")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for r in rows:
         print(f"| {r['n']:,} | {r['visible']:,} | {r['isect']:,} | {r['items']:,} | {r['bin']:.2f} ms | "
               f"{r['fwd']:.2f} ms | {r['fwd_rays'] / 1e6:.1f} M | {r['fb']:.2f} ms | {r['fb_rays'] / 1e6:.1f} M | "
+              f"{r['host_fwd']:.2f} / {r['host_fb']:.2f} ms | "
               f"{r['tile_ratio']:.1f}x | {r['item_ratio']:.2f}x | {100 * r['hit']:.0f}% |")
     print("\ntargets: forward+backward >= 100 M rays/s; no block above 4x the mean tile's work "
           "(Gaussian-ray evaluations: list length x rays).")

@@ -19,7 +19,7 @@ import warp as wp
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN
 from warp_kernels.modules import variant_module
 from warp_kernels.tile_binning import TILE_SIZE
-from warp_kernels.warp_lanes import lane_id, warp_any, warp_sum_f32, warp_sum_f64
+from warp_kernels.warp_lanes import lane_id, warp_any, warp_max_i32, warp_sum_f32, warp_sum_f64
 
 # fast_math: __expf and friends in the compositing loop (the twin tests bound the difference)
 wp.set_module_options({"enable_backward": False, "fast_math": True})
@@ -98,23 +98,24 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds=None):
             t_color = wp.tile_load_indexed(colors, indices=ids, shape=(BATCH,), axis=0, storage="shared")
             t_depth = wp.tile_load_indexed(depths, indices=ids, shape=(BATCH,), axis=0, storage="shared")
             for k in range(wp.min(BATCH, end - base)):
-                if done == 0:
-                    m = wp.tile_extract(t_mean, k)
-                    q = wp.tile_extract(t_conic, k)
-                    dx = m[0] - fx
-                    dy = m[1] - fy
-                    sigma = float_t(0.5) * (q[0] * dx * dx + q[2] * dy * dy) + q[1] * dx * dy
-                    alpha = wp.min(float_t(ALPHA_MAX), wp.tile_extract(t_opacity, k) * wp.exp(-sigma))
-                    if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
-                        next_T = T * (float_t(1.0) - alpha)
-                        if next_T <= float_t(T_MIN):
-                            done = 1
-                        else:
-                            w = alpha * T
-                            rgb += wp.tile_extract(t_color, k) * w
-                            depth += wp.tile_extract(t_depth, k) * w
-                            T = next_T
-                            last = base + k + 1
+                if done != 0:
+                    break  # a CUDA warp leaves the batch as soon as its 32 pixels are saturated
+                m = wp.tile_extract(t_mean, k)
+                q = wp.tile_extract(t_conic, k)
+                dx = m[0] - fx
+                dy = m[1] - fy
+                sigma = float_t(0.5) * (q[0] * dx * dx + q[2] * dy * dy) + q[1] * dx * dy
+                alpha = wp.min(float_t(ALPHA_MAX), wp.tile_extract(t_opacity, k) * wp.exp(-sigma))
+                if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
+                    next_T = T * (float_t(1.0) - alpha)
+                    if next_T <= float_t(T_MIN):
+                        done = 1
+                    else:
+                        w = alpha * T
+                        rgb += wp.tile_extract(t_color, k) * w
+                        depth += wp.tile_extract(t_depth, k) * w
+                        T = next_T
+                        last = base + k + 1
         if inside:
             out_rgb[c, py, px] = rgb + background[c] * T
             out_alpha[c, py, px] = float_t(1.0) - T
@@ -169,6 +170,7 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds=None):
         behind_depth = float_t(0.0)
         lane32 = lane_id()
         end = wp.tile_max(wp.tile(last))[0]  # the block walks back from its furthest pixel
+        warp_last = warp_max_i32(last)  # ... and each CUDA warp from its own furthest pixel
         for b in range((end - start + BATCH - 1) // BATCH):
             batch_end = end - b * BATCH
             base = wp.max(start, batch_end - BATCH)
@@ -179,7 +181,8 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds=None):
             t_color = wp.tile_load_indexed(colors, indices=ids, shape=(BATCH,), axis=0, storage="shared")
             t_depth = wp.tile_load_indexed(depths, indices=ids, shape=(BATCH,), axis=0, storage="shared")
             count = batch_end - base
-            for kk in range(count):
+            # entries at or past warp_last are beyond every pixel of the warp: skipped whole
+            for kk in range(wp.clamp(batch_end - warp_last, 0, count), count):
                 k = count - 1 - kk
                 j = base + k
                 active = 0

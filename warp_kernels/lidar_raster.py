@@ -48,7 +48,7 @@ import warp as wp
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN
 from warp_kernels.lidar_binning import TILE_RAYS
 from warp_kernels.modules import variant_module
-from warp_kernels.warp_lanes import lane_id, warp_any, warp_sum_f32, warp_sum_f64
+from warp_kernels.warp_lanes import lane_id, warp_any, warp_max_i32, warp_sum_f32, warp_sum_f64
 
 # fast_math: __expf in the compositing loops (the twin tests bound the difference)
 wp.set_module_options({"enable_backward": False, "fast_math": True})
@@ -176,7 +176,9 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds):
             n_b = wp.min(BATCH, end - base)
             t_bits = wp.tile_load(warp_masks, shape=BATCH, offset=base, storage="shared")
             for kk in range(n_b):
-                if done == 0 and (wp.tile_extract(t_bits, kk) >> warp_index(lane)) & 1 != 0:
+                if done != 0:
+                    break  # a CUDA warp leaves the batch as soon as its 32 rays are saturated
+                if (wp.tile_extract(t_bits, kk) >> warp_index(lane)) & 1 != 0:
                     rec = wp.tile_extract(t_rec, kk)
                     da, de, sigma = splat_sigma(rec, ray_az, ray_el)
                     alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
@@ -237,7 +239,9 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds):
             n_b = wp.min(BATCH, end - base)
             t_bits = wp.tile_load(warp_masks, shape=BATCH, offset=base, storage="shared")
             for kk in range(n_b):
-                if done == 0 and (wp.tile_extract(t_bits, kk) >> warp_index(lane)) & 1 != 0:
+                if done != 0:
+                    break
+                if (wp.tile_extract(t_bits, kk) >> warp_index(lane)) & 1 != 0:
                     rec = wp.tile_extract(t_rec, kk)
                     da, de, sigma = splat_sigma(rec, ray_az, ray_el)
                     alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
@@ -358,6 +362,7 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds):
                     behind_rng += part_range[m, lane]
                     behind_int += part_int[m, lane]
         end = wp.tile_max(wp.tile(last))[0]  # the block walks back from its furthest ray
+        warp_last = warp_max_i32(last)  # ... and each CUDA warp from its own furthest ray
         for b in range((end - start + BATCH - 1) // BATCH):
             batch_end = end - b * BATCH
             base = wp.max(start, batch_end - BATCH)
@@ -365,7 +370,8 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds):
             t_rec = wp.tile_load_indexed(splats, indices=t_ids, shape=(BATCH,), axis=0, storage="shared")
             count = batch_end - base
             t_bits = wp.tile_load(warp_masks, shape=BATCH, offset=base, storage="shared")
-            for kk in range(count):
+            # entries at or past warp_last are beyond every ray of the warp: skipped whole
+            for kk in range(wp.clamp(batch_end - warp_last, 0, count), count):
                 kx = count - 1 - kk
                 if (wp.tile_extract(t_bits, kx) >> warp_index(lane)) & 1 == 0:
                     continue  # warp-uniform: no ray of this warp can see the Gaussian

@@ -1,8 +1,13 @@
 """Binning projected Gaussians into 16x16 pixel tiles, for every camera of a launch.
 
-Each projected (camera, Gaussian) with a non-zero radius covers a rectangle of tiles.
-``count_tiles`` counts them; after an exclusive scan of the counts, ``emit_keys`` writes
-one (key, value) per covered tile into fixed-capacity buffers: the key is
+A splat is drawn where alpha = opacity exp(-d^T conic d / 2) >= ALPHA_MIN, i.e. inside the
+ellipse d^T Sigma^-1 d <= r2 with r2 = 2 ln(opacity / ALPHA_MIN) (Sigma = conic^-1, the 2D
+covariance). Binning walks the tile rows that ellipse reaches and, in each, takes the tiles
+whose pixel centres meet the ellipse's exact x-range over the row's pixel-centre lines
+(``row_span``): a thin diagonal splat lands in a diagonal band of tiles, not in its square
+box. The test is conservative (r2 widened by ``SPAN_MARGIN``), so the image is unchanged.
+``count_tiles`` counts the tiles; after an exclusive scan of the counts, ``emit_keys``
+writes one (key, value) per tile into fixed-capacity buffers: the key is
 ``tile << 32 | depth bits`` (the global tile id across cameras, then the float32 depth's
 bit pattern, which orders like the depth for positive values) and the value the
 Gaussian's index. After a radix sort, ``tile_ranges`` finds each tile's slice.
@@ -12,9 +17,11 @@ Intersections past the capacity are not written; ``emit_keys`` counts all of the
 
 import warp as wp
 
+from warp_kernels.compositing import ALPHA_MIN
 from warp_kernels.modules import variant_module
 
 TILE_SIZE = 16
+SPAN_MARGIN = 1e-3  # relative widening of r2: rounding (and fast-math exp in the rasterizer) never drops a pixel
 KEY_PAD = wp.constant(wp.int64(0x7FFFFFFFFFFFFFFF))  # sorts after every real key
 
 
@@ -29,40 +36,90 @@ def float_bits(x: wp.float32) -> wp.uint32:
 
 
 def make_binning_kernels(float_t):
-    """``count_tiles`` and ``emit_keys`` for one float type of the projected means."""
+    """``count_tiles`` and ``emit_keys`` for one float type of the projected splats."""
     module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
     vec2 = wp.types.vector(2, float_t)
+    vec3 = wp.types.vector(3, float_t)
+    ts = float_t(TILE_SIZE)
+    last = float_t(TILE_SIZE - 1)  # offset of a tile's last pixel centre from its first
 
     @wp.func(module=module)
-    def tile_rect(uv: vec2, radius: float_t, tiles_x: int, tiles_y: int):
-        """Tiles [x0, x1) x [y0, y1) that a splat of this radius around uv may touch."""
-        ts = float_t(TILE_SIZE)
-        x0 = wp.clamp(int(wp.floor((uv[0] - radius) / ts)), 0, tiles_x)
-        x1 = wp.clamp(int(wp.floor((uv[0] + radius) / ts)) + 1, 0, tiles_x)
-        y0 = wp.clamp(int(wp.floor((uv[1] - radius) / ts)), 0, tiles_y)
-        y1 = wp.clamp(int(wp.floor((uv[1] + radius) / ts)) + 1, 0, tiles_y)
-        return x0, x1, y0, y1
+    def ellipse(conic: vec3, opacity: float_t):
+        """(Sigma_xx, Sigma_xy, Sigma_yy, r2) of the splat's drawn ellipse."""
+        inv = float_t(1.0) / (conic[0] * conic[2] - conic[1] * conic[1])
+        r2 = float_t(2.0 * (1.0 + SPAN_MARGIN)) * wp.log(opacity / float_t(ALPHA_MIN))
+        return conic[2] * inv, -conic[1] * inv, conic[0] * inv, r2
+
+    @wp.func(module=module)
+    def row_span(sxx: float_t, sxy: float_t, syy: float_t, r2: float_t, ya: float_t, yb: float_t):
+        """The ellipse's x-range over the horizontal strip ya <= y <= yb (both relative to the
+        centre and inside [-hy, hy]). At height y the ellipse spans mu(y) -/+ w(y) with
+        mu = y Sxy / Syy and w = sqrt((det / Syy)(r2 - y^2 / Syy)); mu - w is convex, so its
+        minimum over the strip is the ellipse's leftmost point when that lies in the strip
+        (at y = -r Sxy / sqrt(Sxx), x = -r sqrt(Sxx)) and an end of the strip otherwise."""
+        slope = sxy / syy
+        cond = (sxx * syy - sxy * sxy) / syy
+        wa = wp.sqrt(wp.max(float_t(0.0), cond * (r2 - ya * ya / syy)))
+        wb = wp.sqrt(wp.max(float_t(0.0), cond * (r2 - yb * yb / syy)))
+        r_sx = wp.sqrt(r2 * sxx)
+        y_right = sxy * wp.sqrt(r2 / sxx)
+        lo = wp.min(slope * ya - wa, slope * yb - wb)
+        hi = wp.max(slope * ya + wa, slope * yb + wb)
+        if ya <= -y_right and -y_right <= yb:
+            lo = -r_sx
+        if ya <= y_right and y_right <= yb:
+            hi = r_sx
+        return lo, hi
+
+    @wp.func(module=module)
+    def row_tiles(uv: vec2, sxx: float_t, sxy: float_t, syy: float_t, r2: float_t, ty: int, tiles_x: int):
+        """Tiles [x0, x1) of tile row ty whose pixel centres meet the ellipse (x1 <= x0: none)."""
+        hy = wp.sqrt(r2 * syy)
+        ya = wp.max(float_t(ty) * ts - uv[1], -hy)
+        yb = wp.min(float_t(ty) * ts + last - uv[1], hy)
+        x0 = int(0)
+        x1 = int(0)
+        if ya <= yb:
+            lo, hi = row_span(sxx, sxy, syy, r2, ya, yb)
+            x0 = wp.max(int(wp.ceil((uv[0] + lo - last) / ts)), 0)
+            x1 = wp.min(int(wp.floor((uv[0] + hi) / ts)) + 1, tiles_x)
+        return x0, x1
+
+    @wp.func(module=module)
+    def tile_rows(uv: vec2, syy: float_t, r2: float_t, tiles_y: int):
+        """Tile rows [y0, y1) with a pixel-centre line inside the ellipse's height."""
+        hy = wp.sqrt(r2 * syy)
+        y0 = wp.max(int(wp.ceil((uv[1] - hy - last) / ts)), 0)
+        y1 = wp.min(int(wp.floor((uv[1] + hy) / ts)) + 1, tiles_y)
+        return y0, y1
 
     @wp.kernel(module=module)
     def count_tiles(
         means2d: wp.array2d(dtype=vec2),  # [C, N]
-        radii: wp.array2d(dtype=wp.int32),  # [C, N]
+        conics: wp.array2d(dtype=vec3),  # [C, N]
+        opacities2d: wp.array2d(dtype=float_t),  # [C, N]
+        radii: wp.array2d(dtype=wp.int32),  # [C, N]: 0 = culled
         tiles_x: int,
         tiles_y: int,
         counts: wp.array(dtype=wp.int32),  # [C * N] out
     ):
         c, i = wp.tid()
         n = radii.shape[1]
-        r = radii[c, i]
-        count = 0
-        if r > 0:
-            x0, x1, y0, y1 = tile_rect(means2d[c, i], float_t(r), tiles_x, tiles_y)
-            count = (x1 - x0) * (y1 - y0)
+        count = int(0)
+        if radii[c, i] > 0:
+            uv = means2d[c, i]
+            sxx, sxy, syy, r2 = ellipse(conics[c, i], opacities2d[c, i])
+            y0, y1 = tile_rows(uv, syy, r2, tiles_y)
+            for ty in range(y0, y1):
+                x0, x1 = row_tiles(uv, sxx, sxy, syy, r2, ty, tiles_x)
+                count += wp.max(x1 - x0, 0)
         counts[c * n + i] = count
 
     @wp.kernel(module=module)
     def emit_keys(
         means2d: wp.array2d(dtype=vec2),  # [C, N]
+        conics: wp.array2d(dtype=vec3),  # [C, N]
+        opacities2d: wp.array2d(dtype=float_t),  # [C, N]
         radii: wp.array2d(dtype=wp.int32),  # [C, N]
         depths: wp.array2d(dtype=float_t),  # [C, N]
         offsets: wp.array(dtype=wp.int32),  # [C * N] exclusive scan of counts
@@ -79,20 +136,32 @@ def make_binning_kernels(float_t):
         flat = c * n + i
         if flat == radii.shape[0] * n - 1:
             total[0] = offsets[flat] + counts[flat]  # the scan's last entry: all intersections
-        r = radii[c, i]
-        if r <= 0:
+        count = counts[flat]
+        if count == 0:
             return
-        x0, x1, y0, y1 = tile_rect(means2d[c, i], float_t(r), tiles_x, tiles_y)
+        uv = means2d[c, i]
+        sxx, sxy, syy, r2 = ellipse(conics[c, i], opacities2d[c, i])
         depth = wp.uint32(float_bits(wp.float32(depths[c, i])))
         k = offsets[flat]
+        end = k + count
         tiles_per_cam = tiles_x * tiles_y
+        y0, y1 = tile_rows(uv, syy, r2, tiles_y)
         for ty in range(y0, y1):
+            x0, x1 = row_tiles(uv, sxx, sxy, syy, r2, ty, tiles_x)
             for tx in range(x0, x1):
-                if k < capacity:
+                if k < end and k < capacity:
                     tile = wp.int64(c * tiles_per_cam + ty * tiles_x + tx)
                     keys[k] = (tile << wp.int64(32)) | wp.int64(depth)
                     values[k] = flat
                 k += 1
+        # The count came from the same arithmetic in another kernel; should the compiler have
+        # rounded it differently there, the slots left over go to the dead tile past the last
+        # real one (its range is never drawn), so no slot holds stale data.
+        dead = wp.int64(radii.shape[0] * tiles_per_cam) << wp.int64(32)
+        for j in range(k, end):
+            if j < capacity:
+                keys[j] = dead
+                values[j] = flat
 
     return count_tiles, emit_keys
 
@@ -113,7 +182,7 @@ def pad_keys(keys: wp.array(dtype=wp.int64), start: wp.array(dtype=wp.int32), ca
 def tile_ranges(
     keys: wp.array(dtype=wp.int64),  # [M] sorted
     count: wp.array(dtype=wp.int32),  # [1] number of valid keys (clamped to M)
-    ranges: wp.array2d(dtype=wp.int32),  # [num_tiles, 2] out, zero-initialised: [start, end)
+    ranges: wp.array2d(dtype=wp.int32),  # [num_tiles + 1, 2] out, zero-initialised: [start, end); the last row is the dead tile
 ):
     k = wp.tid()
     n = count[0]

@@ -34,6 +34,20 @@ def warp_any(pred: int) -> int:
 
 @wp.func_native("""
 #if defined(__CUDA_ARCH__)
+int m = x;  // shuffles rather than __reduce_max_sync, which needs sm_80
+for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffff, m, o));
+return m;
+#else
+return x;
+#endif
+""")
+def warp_max_i32(x: int) -> int:
+    """Largest x over the warp, in every lane."""
+    ...
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
 float s = x;
 for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffff, s, o);
 return s;

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import warp as wp
 
-from nurec_usd.render.warp_torch import launch_stream, to_wp, wp_vector
+from nurec_usd.render.warp_torch import launch_stream, to_wp, wp_arg, wp_vector
 from nurec_usd.sensors.se3 import matrix_to_quat
 from warp_kernels import camera_project as kproj
 from warp_kernels import camera_raster as kraster
@@ -158,7 +158,7 @@ def _flat(tensors, dtype: torch.dtype) -> list:
     """Per-(camera, Gaussian) tensors [C, N, (k)] as flat Warp arrays [C * N] of vec_k (or scalars)."""
     out = []
     for t in tensors:
-        out.append(to_wp(t.view(-1, t.shape[-1]), wp_vector(t.shape[-1], dtype)) if t.dim() == 3 else to_wp(t.view(-1)))
+        out.append(wp_arg(t.view(-1, t.shape[-1]), wp_vector(t.shape[-1], dtype)) if t.dim() == 3 else wp_arg(t.view(-1)))
     return out
 
 
@@ -183,20 +183,21 @@ class _RenderCameras(torch.autograd.Function):
         colors = torch.zeros(c, n, 3, dtype=dtype, device=device)
         opacities2d = torch.zeros(c, n, dtype=dtype, device=device)
         project_inputs = [
-            to_wp(means, v3), to_wp(quats, v4), to_wp(scales, v3), to_wp(sh), int(sh_degree), to_wp(opacities),
-            to_wp(cams.rot_start, v4), to_wp(cams.trans_start, v3), to_wp(cams.rot_end, v4),
-            to_wp(cams.trans_end, v3), to_wp(cams.model), to_wp(cams.params, v16), to_wp(cams.shutter),
+            wp_arg(means, v3), wp_arg(quats, v4), wp_arg(scales, v3), wp_arg(sh), int(sh_degree), wp_arg(opacities),
+            wp_arg(cams.rot_start, v4), wp_arg(cams.trans_start, v3), wp_arg(cams.rot_end, v4),
+            wp_arg(cams.trans_end, v3), wp_arg(cams.model), wp_arg(cams.params, v16), wp_arg(cams.shutter),
             w, h, fwp(settings.near), fwp(settings.far)]
-        project_outputs = [to_wp(means2d, v2), to_wp(conics, v3), to_wp(depths), to_wp(radii), to_wp(colors, v3),
-                           to_wp(opacities2d)]
+        project_outputs = [wp_arg(means2d, v2), wp_arg(conics, v3), wp_arg(depths), wp_arg(radii), wp_arg(colors, v3),
+                           wp_arg(opacities2d)]
 
         counts = torch.empty(c * n, dtype=torch.int32, device=device)
         offsets = torch.empty(c * n, dtype=torch.int32, device=device)
         total = torch.zeros(1, dtype=torch.int32, device=device)
         with launch_stream(device) as wdev:
             wp.launch(project, dim=(c, n), inputs=project_inputs, outputs=project_outputs, device=wdev)
-            wp.launch(count_tiles, dim=(c, n), inputs=[project_outputs[0], project_outputs[3], tiles_x, tiles_y],
-                      outputs=[to_wp(counts)], device=wdev)
+            splats = [project_outputs[0], project_outputs[1], project_outputs[5], project_outputs[3]]
+            wp.launch(count_tiles, dim=(c, n), inputs=[*splats, tiles_x, tiles_y], outputs=[wp_arg(counts)],
+                      device=wdev)
             wp.utils.array_scan(to_wp(counts), to_wp(offsets), inclusive=False)
         capacity = settings.capacity
         if capacity is None:  # exact size: the one host synchronisation of this mode
@@ -204,27 +205,27 @@ class _RenderCameras(torch.autograd.Function):
         capacity = max(capacity, 1)
         keys = torch.empty(2 * capacity, dtype=torch.int64, device=device)
         values = torch.empty(2 * capacity, dtype=torch.int32, device=device)
-        ranges = torch.zeros(tiles, 2, dtype=torch.int32, device=device)
+        ranges = torch.zeros(tiles + 1, 2, dtype=torch.int32, device=device)  # + the binning's dead tile
         with launch_stream(device) as wdev:
             wp.launch(emit_keys, dim=(c, n),
-                      inputs=[project_outputs[0], project_outputs[3], project_outputs[2], to_wp(offsets),
-                              to_wp(counts), tiles_x, tiles_y, capacity],
-                      outputs=[to_wp(keys), to_wp(values), to_wp(total)], device=wdev)
+                      inputs=[*splats, project_outputs[2], wp_arg(offsets),
+                              wp_arg(counts), tiles_x, tiles_y, capacity],
+                      outputs=[wp_arg(keys), wp_arg(values), wp_arg(total)], device=wdev)
             valid = torch.clamp(total, max=capacity)
-            wp.launch(kbin.pad_keys, dim=capacity, inputs=[to_wp(keys), to_wp(valid), capacity], device=wdev)
+            wp.launch(kbin.pad_keys, dim=capacity, inputs=[wp_arg(keys), wp_arg(valid), capacity], device=wdev)
             tile_bits = max(1, int(tiles).bit_length())
             wp.utils.radix_sort_pairs(to_wp(keys), to_wp(values), capacity, end_bit=32 + tile_bits)
-            wp.launch(kbin.tile_ranges, dim=capacity, inputs=[to_wp(keys), to_wp(valid)],
-                      outputs=[to_wp(ranges)], device=wdev)
+            wp.launch(kbin.tile_ranges, dim=capacity, inputs=[wp_arg(keys), wp_arg(valid)],
+                      outputs=[wp_arg(ranges)], device=wdev)
 
             rgb = torch.empty(c, h, w, 3, dtype=dtype, device=device)
             alpha = torch.empty(c, h, w, dtype=dtype, device=device)
             depth = torch.empty(c, h, w, dtype=dtype, device=device)
             last = torch.empty(c, h, w, dtype=torch.int32, device=device)
-            raster_inputs = [to_wp(ranges), to_wp(values), *_flat((means2d, conics, colors, depths, opacities2d), dtype),
-                             to_wp(background, v3), tiles_x, tiles_x * tiles_y, w, h]
+            raster_inputs = [wp_arg(ranges), wp_arg(values), *_flat((means2d, conics, colors, depths, opacities2d), dtype),
+                             wp_arg(background, v3), tiles_x, tiles_x * tiles_y, w, h]
             wp.launch_tiled(raster_fwd, dim=[tiles], inputs=raster_inputs,
-                            outputs=[to_wp(rgb, v3), to_wp(alpha), to_wp(depth), to_wp(last)], device=wdev,
+                            outputs=[wp_arg(rgb, v3), wp_arg(alpha), wp_arg(depth), wp_arg(last)], device=wdev,
                             block_dim=kraster.TILE_PIXELS)
 
         ctx.save_for_backward(means, quats, scales, opacities, sh, background, means2d, conics, depths, radii,
@@ -266,26 +267,26 @@ class _RenderCameras(torch.autograd.Function):
         g_sh = torch.zeros_like(sh)
         with launch_stream(device) as wdev:
             wp.launch_tiled(raster_bwd, dim=[c * tiles_x * tiles_y],
-                            inputs=[to_wp(ranges), to_wp(values),
+                            inputs=[wp_arg(ranges), wp_arg(values),
                                     *_flat((means2d, conics, colors, depths, opacities2d), dtype),
-                                    to_wp(background, v3), tiles_x, tiles_x * tiles_y, w, h, to_wp(alpha), to_wp(last),
-                                    to_wp(grad_rgb, v3), to_wp(grad_alpha), to_wp(grad_depth)],
+                                    wp_arg(background, v3), tiles_x, tiles_x * tiles_y, w, h, wp_arg(alpha), wp_arg(last),
+                                    wp_arg(grad_rgb, v3), wp_arg(grad_alpha), wp_arg(grad_depth)],
                             outputs=_flat((g_means2d, g_conics, g_colors, g_depths, g_opacities2d), dtype),
                             device=wdev, block_dim=kraster.TILE_PIXELS)
             # Projection backward: Warp's adjoint of the projection kernel, fed the raster's gradients.
-            inputs = [to_wp(means, v3), to_wp(quats, v4), to_wp(scales, v3), to_wp(sh), int(ctx.sh_degree),
-                      to_wp(opacities), to_wp(cams.rot_start, v4), to_wp(cams.trans_start, v3), to_wp(cams.rot_end, v4),
-                      to_wp(cams.trans_end, v3), to_wp(cams.model), to_wp(cams.params, v16), to_wp(cams.shutter),
+            inputs = [wp_arg(means, v3), wp_arg(quats, v4), wp_arg(scales, v3), wp_arg(sh), int(ctx.sh_degree),
+                      wp_arg(opacities), wp_arg(cams.rot_start, v4), wp_arg(cams.trans_start, v3), wp_arg(cams.rot_end, v4),
+                      wp_arg(cams.trans_end, v3), wp_arg(cams.model), wp_arg(cams.params, v16), wp_arg(cams.shutter),
                       w, h, fwp(settings.near), fwp(settings.far)]
             scratch = [torch.zeros_like(t) for t in (means2d, conics, depths, radii, colors, opacities2d)]
-            outputs = [to_wp(scratch[0], v2), to_wp(scratch[1], v3), to_wp(scratch[2]), to_wp(scratch[3]),
-                       to_wp(scratch[4], v3), to_wp(scratch[5])]
+            outputs = [wp_arg(scratch[0], v2), wp_arg(scratch[1], v3), wp_arg(scratch[2]), wp_arg(scratch[3]),
+                       wp_arg(scratch[4], v3), wp_arg(scratch[5])]
             # opacities only set the splat's extent (piecewise constant): their adjoint is discarded
-            adj_inputs = [to_wp(g_means, v3), to_wp(g_quats, v4), to_wp(g_scales, v3), to_wp(g_sh), 0,
-                          to_wp(torch.zeros_like(opacities)), None, None, None, None, None, None, None, 0, 0,
+            adj_inputs = [wp_arg(g_means, v3), wp_arg(g_quats, v4), wp_arg(g_scales, v3), wp_arg(g_sh), 0,
+                          wp_arg(torch.zeros_like(opacities)), None, None, None, None, None, None, None, 0, 0,
                           fwp(0.0), fwp(0.0)]
-            adj_outputs = [to_wp(g_means2d, v2), to_wp(g_conics, v3), to_wp(g_depths), None, to_wp(g_colors, v3),
-                           to_wp(torch.zeros_like(opacities2d))]
+            adj_outputs = [wp_arg(g_means2d, v2), wp_arg(g_conics, v3), wp_arg(g_depths), None, wp_arg(g_colors, v3),
+                           wp_arg(torch.zeros_like(opacities2d))]
             wp.launch(project, dim=(c, n), inputs=inputs, outputs=outputs, adj_inputs=adj_inputs,
                       adj_outputs=adj_outputs, adjoint=True, device=wdev)
         grad_background = (grad_rgb * (1.0 - alpha)[..., None]).sum(dim=(1, 2))

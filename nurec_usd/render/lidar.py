@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import torch
 import warp as wp
 
-from nurec_usd.render.warp_torch import launch_stream, to_wp, wp_vector
+from nurec_usd.render.warp_torch import launch_stream, to_wp, wp_arg, wp_vector
 from nurec_usd.sensors.se3 import invert_transform, matrix_to_quat
 from warp_kernels import lidar_binning as kbin
 from warp_kernels import lidar_project as kproj
@@ -421,9 +421,9 @@ def _project_args(means, quats, scales, opacities, intensities, lidar: LidarBatc
     fwp = wp.float32 if dtype == torch.float32 else wp.float64
     v3, v4 = wp_vector(3, dtype), wp_vector(4, dtype)
     lo, hi = lidar.elevation_clamp
-    return [to_wp(means, v3), to_wp(quats, v4), to_wp(scales, v3), to_wp(opacities), to_wp(intensities),
-            to_wp(lidar.rot_start, v4), to_wp(lidar.trans_start, v3), to_wp(lidar.rot_end, v4),
-            to_wp(lidar.trans_end, v3), fwp(lidar.sign), fwp(lidar.start_azimuth), fwp(lidar.min_range),
+    return [wp_arg(means, v3), wp_arg(quats, v4), wp_arg(scales, v3), wp_arg(opacities), wp_arg(intensities),
+            wp_arg(lidar.rot_start, v4), wp_arg(lidar.trans_start, v3), wp_arg(lidar.rot_end, v4),
+            wp_arg(lidar.trans_end, v3), fwp(lidar.sign), fwp(lidar.start_azimuth), fwp(lidar.min_range),
             fwp(lidar.max_range), fwp(lo), fwp(hi), fwp(lidar.elevation_range[0]), fwp(lidar.elevation_range[1]),
             fwp(lidar.eps[0]), fwp(lidar.eps[1])]
 
@@ -476,9 +476,9 @@ def bin_lidar(
     total = torch.zeros(1, dtype=torch.int32, device=device)
     with launch_stream(device) as wdev:
         wp.launch(k["project"], dim=n, inputs=_project_args(means, quats, scales, opacities, intensities, lidar),
-                  outputs=[to_wp(splats, v8), to_wp(extents, v2)], device=wdev)
-        wp.launch(k["count"], dim=n, inputs=[to_wp(splats, v8), to_wp(extents, v2), to_wp(tiles.band_i, wp.vec4i),
-                                              to_wp(band_f, v4), W], outputs=[to_wp(counts)], device=wdev)
+                  outputs=[wp_arg(splats, v8), wp_arg(extents, v2)], device=wdev)
+        wp.launch(k["count"], dim=n, inputs=[wp_arg(splats, v8), wp_arg(extents, v2), wp_arg(tiles.band_i, wp.vec4i),
+                                              wp_arg(band_f, v4), W], outputs=[wp_arg(counts)], device=wdev)
         if n:
             wp.utils.array_scan(to_wp(counts), to_wp(offsets), inclusive=False)
     capacity = settings.capacity
@@ -500,22 +500,22 @@ def bin_lidar(
     with launch_stream(device) as wdev:
         if n:
             wp.launch(k["emit"], dim=n,
-                      inputs=[to_wp(splats, v8), to_wp(extents, v2), to_wp(tiles.band_i, wp.vec4i), to_wp(band_f, v4),
-                              W, to_wp(offsets), to_wp(counts), rb, fwp(float(1 << rb) / lidar.max_range), capacity],
-                      outputs=[to_wp(keys), to_wp(ids), to_wp(total)], device=wdev)
-        wp.launch(kbin.pad_keys, dim=capacity, inputs=[to_wp(keys), to_wp(total), capacity], device=wdev)
+                      inputs=[wp_arg(splats, v8), wp_arg(extents, v2), wp_arg(tiles.band_i, wp.vec4i), wp_arg(band_f, v4),
+                              W, wp_arg(offsets), wp_arg(counts), rb, fwp(float(1 << rb) / lidar.max_range), capacity],
+                      outputs=[wp_arg(keys), wp_arg(ids), wp_arg(total)], device=wdev)
+        wp.launch(kbin.pad_keys, dim=capacity, inputs=[wp_arg(keys), wp_arg(total), capacity], device=wdev)
         wp.utils.radix_sort_pairs(to_wp(keys), to_wp(ids), capacity, end_bit=31)
-        wp.launch(kbin.tile_ranges, dim=capacity, inputs=[to_wp(keys), to_wp(total), capacity, rb],
-                  outputs=[to_wp(ranges)], device=wdev)
-        wp.launch(k["masks"], dim=capacity, inputs=[to_wp(keys), to_wp(ids), to_wp(total), capacity, rb,
-                                                    to_wp(splats, v8), to_wp(extents, v2),
-                                                    to_wp(tiles.warp_rect, v4)],
-                  outputs=[to_wp(masks)], device=wdev)
-        wp.launch(kbin.count_items, dim=T, inputs=[to_wp(ranges), to_wp(total), capacity, fixed_chunk],
-                  outputs=[to_wp(chunk), to_wp(item_counts)], device=wdev)
+        wp.launch(kbin.tile_ranges, dim=capacity, inputs=[wp_arg(keys), wp_arg(total), capacity, rb],
+                  outputs=[wp_arg(ranges)], device=wdev)
+        wp.launch(k["masks"], dim=capacity, inputs=[wp_arg(keys), wp_arg(ids), wp_arg(total), capacity, rb,
+                                                    wp_arg(splats, v8), wp_arg(extents, v2),
+                                                    wp_arg(tiles.warp_rect, v4)],
+                  outputs=[wp_arg(masks)], device=wdev)
+        wp.launch(kbin.count_items, dim=T, inputs=[wp_arg(ranges), wp_arg(total), capacity, fixed_chunk],
+                  outputs=[wp_arg(chunk), wp_arg(item_counts)], device=wdev)
         wp.utils.array_scan(to_wp(item_counts), to_wp(item_offsets), inclusive=False)
-        wp.launch(kbin.emit_items, dim=T, inputs=[to_wp(ranges), to_wp(chunk), to_wp(item_offsets), to_wp(item_counts)],
-                  outputs=[to_wp(items, wp.vec4i), to_wp(tile_items, wp.vec2i), to_wp(num_items)], device=wdev)
+        wp.launch(kbin.emit_items, dim=T, inputs=[wp_arg(ranges), wp_arg(chunk), wp_arg(item_offsets), wp_arg(item_counts)],
+                  outputs=[wp_arg(items, wp.vec4i), wp_arg(tile_items, wp.vec2i), wp_arg(num_items)], device=wdev)
     return LidarBins(splats, extents, ids, ranges, masks, items, tile_items, num_items, chunk, total, capacity)
 
 
@@ -576,19 +576,19 @@ class _RenderLidar(torch.autograd.Function):
         T_final = torch.empty(C, W, dtype=dtype, device=device)
         median = torch.empty(C, W, dtype=dtype, device=device)
         with launch_stream(device) as wdev:
-            layout = [to_wp(items, wp.vec4i), to_wp(num_items), to_wp(tiles.tile_band), to_wp(tiles.band_i, wp.vec4i),
-                      to_wp(tiles.channel_order), to_wp(channel_f, v2), W, to_wp(values), to_wp(splats, v8),
-                      to_wp(bins.warp_masks)]
-            wp.launch_tiled(k["trans"], dim=[max_items], inputs=layout, outputs=[to_wp(chunk_P)], device=wdev,
+            layout = [wp_arg(items, wp.vec4i), wp_arg(num_items), wp_arg(tiles.tile_band), wp_arg(tiles.band_i, wp.vec4i),
+                      wp_arg(tiles.channel_order), wp_arg(channel_f, v2), W, wp_arg(values), wp_arg(splats, v8),
+                      wp_arg(bins.warp_masks)]
+            wp.launch_tiled(k["trans"], dim=[max_items], inputs=layout, outputs=[wp_arg(chunk_P)], device=wdev,
                             block_dim=TILE_RAYS)
-            wp.launch_tiled(k["fwd"], dim=[max_items], inputs=layout + [to_wp(chunk_P)],
-                            outputs=[to_wp(part_T), to_wp(part_range), to_wp(part_int), to_wp(part_last),
-                                     to_wp(median_id)], device=wdev, block_dim=TILE_RAYS)
+            wp.launch_tiled(k["fwd"], dim=[max_items], inputs=layout + [wp_arg(chunk_P)],
+                            outputs=[wp_arg(part_T), wp_arg(part_range), wp_arg(part_int), wp_arg(part_last),
+                                     wp_arg(median_id)], device=wdev, block_dim=TILE_RAYS)
             wp.launch(k["merge"], dim=(C, W), block_dim=TILE_RAYS,
-                      inputs=[to_wp(tile_items, wp.vec2i), to_wp(tiles.channel_rank), to_wp(tiles.slot_band),
-                              to_wp(tiles.band_i, wp.vec4i), to_wp(part_T), to_wp(part_range), to_wp(part_int),
-                              to_wp(median_id), to_wp(splats, v8)],
-                      outputs=[to_wp(range_sum), to_wp(int_sum), to_wp(hit), to_wp(T_final), to_wp(median)],
+                      inputs=[wp_arg(tile_items, wp.vec2i), wp_arg(tiles.channel_rank), wp_arg(tiles.slot_band),
+                              wp_arg(tiles.band_i, wp.vec4i), wp_arg(part_T), wp_arg(part_range), wp_arg(part_int),
+                              wp_arg(median_id), wp_arg(splats, v8)],
+                      outputs=[wp_arg(range_sum), wp_arg(int_sum), wp_arg(hit), wp_arg(T_final), wp_arg(median)],
                       device=wdev)
 
         ctx.save_for_backward(means, quats, scales, opacities, intensities, splats, values, bins.warp_masks, items,
@@ -624,24 +624,24 @@ class _RenderLidar(torch.autograd.Function):
         g_opacities, g_intensities = torch.zeros_like(opacities), torch.zeros_like(intensities)
         with launch_stream(device) as wdev:
             wp.launch_tiled(k["bwd"], dim=[items.shape[0]],
-                            inputs=[to_wp(items, wp.vec4i), to_wp(num_items), to_wp(tiles.tile_band),
-                                    to_wp(tiles.band_i, wp.vec4i), to_wp(tiles.channel_order), to_wp(channel_f, v2), W,
-                                    to_wp(values), to_wp(splats, v8), to_wp(warp_masks), to_wp(tile_items, wp.vec2i),
-                                    to_wp(part_T),
-                                    to_wp(part_range), to_wp(part_int), to_wp(part_last), to_wp(T_final),
-                                    *[to_wp(g) for g in grads[:3]]],
-                            outputs=[to_wp(g_splats, v8)], device=wdev, block_dim=TILE_RAYS)
+                            inputs=[wp_arg(items, wp.vec4i), wp_arg(num_items), wp_arg(tiles.tile_band),
+                                    wp_arg(tiles.band_i, wp.vec4i), wp_arg(tiles.channel_order), wp_arg(channel_f, v2), W,
+                                    wp_arg(values), wp_arg(splats, v8), wp_arg(warp_masks), wp_arg(tile_items, wp.vec2i),
+                                    wp_arg(part_T),
+                                    wp_arg(part_range), wp_arg(part_int), wp_arg(part_last), wp_arg(T_final),
+                                    *[wp_arg(g) for g in grads[:3]]],
+                            outputs=[wp_arg(g_splats, v8)], device=wdev, block_dim=TILE_RAYS)
             if n:
                 # Projection backward: Warp's adjoint of the projection kernel, fed the raster's gradients.
                 scratch = [torch.empty_like(splats), torch.empty(n, 2, dtype=dtype, device=device)]
-                adj_inputs = [to_wp(g_means, v3), to_wp(g_quats, v4), to_wp(g_scales, v3), to_wp(g_opacities),
-                              to_wp(g_intensities), None, None, None, None, fwp(0.0), fwp(0.0), fwp(0.0), fwp(0.0),
+                adj_inputs = [wp_arg(g_means, v3), wp_arg(g_quats, v4), wp_arg(g_scales, v3), wp_arg(g_opacities),
+                              wp_arg(g_intensities), None, None, None, None, fwp(0.0), fwp(0.0), fwp(0.0), fwp(0.0),
                               fwp(0.0), fwp(0.0), fwp(0.0), fwp(0.0), fwp(0.0), fwp(0.0)]
                 # extents only decide which tiles a splat reaches (piecewise constant): no gradient
-                adj_outputs = [to_wp(g_splats, v8), to_wp(torch.zeros(n, 2, dtype=dtype, device=device), v2)]
+                adj_outputs = [wp_arg(g_splats, v8), wp_arg(torch.zeros(n, 2, dtype=dtype, device=device), v2)]
                 wp.launch(k["project"], dim=n,
                           inputs=_project_args(means, quats, scales, opacities, intensities, lidar),
-                          outputs=[to_wp(scratch[0], v8), to_wp(scratch[1], v2)], adj_inputs=adj_inputs,
+                          outputs=[wp_arg(scratch[0], v8), wp_arg(scratch[1], v2)], adj_inputs=adj_inputs,
                           adj_outputs=adj_outputs, adjoint=True, device=wdev)
         return g_means, g_quats, g_scales, g_opacities, g_intensities, None, None
 

@@ -20,7 +20,7 @@ from nurec_usd.sensors.se3 import quat_multiply, quat_normalize, quat_slerp, qua
 # The constants are the kernels' specification, so the twins take them from the same place.
 from warp_kernels.camera_project import EPS_2D, FRUSTUM_MARGIN
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN
-from warp_kernels.tile_binning import TILE_SIZE
+from warp_kernels.tile_binning import SPAN_MARGIN, TILE_SIZE
 
 __all__ = ["so3_exp_quat", "actor_poses_reference", "interpolate_gaussians_reference", "composite_front_to_back", "sh_to_rgb_reference",
            "project_gaussians_reference", "rasterize_reference", "render_cameras_reference"]
@@ -293,6 +293,38 @@ def project_gaussians_reference(means: torch.Tensor,  # [N, 3]
     return tuple(torch.stack(out[k]) for k in ("means2d", "conics", "depths", "radii", "colors"))
 
 
+def tile_membership(means2d: torch.Tensor,  # [G, 2]
+                    conics: torch.Tensor,  # [G, 3]
+                    opacities: torch.Tensor,  # [G]
+                    ptx: torch.Tensor,  # [P] tile column of each pixel
+                    pty: torch.Tensor,  # [P] tile row of each pixel
+                    tiles_x: int, tiles_y: int) -> torch.Tensor:  # [P, G] bool
+    """Twin of ``warp_kernels.tile_binning``: whether each Gaussian is binned to each pixel's tile
+    (the tile rows its ellipse reaches, and there the tiles meeting the ellipse's x-range)."""
+    ts, last = float(TILE_SIZE), float(TILE_SIZE - 1)
+    u, v = means2d[None, :, 0], means2d[None, :, 1]
+    a, b, c = conics[None, :, 0], conics[None, :, 1], conics[None, :, 2]
+    inv = 1.0 / (a * c - b * b)
+    sxx, sxy, syy = c * inv, -b * inv, a * inv
+    r2 = 2.0 * (1.0 + SPAN_MARGIN) * torch.log(opacities[None] / ALPHA_MIN)
+    hy = torch.sqrt(r2 * syy)
+    ty = pty[:, None].to(means2d.dtype)
+    y0 = torch.clamp(torch.ceil((v - hy - last) / ts), min=0)
+    y1 = torch.clamp(torch.floor((v + hy) / ts) + 1, max=tiles_y)
+    ya = torch.maximum(ty * ts - v, -hy)
+    yb = torch.minimum(ty * ts + last - v, hy)
+    slope, cond = sxy / syy, (sxx * syy - sxy * sxy) / syy
+    wa = torch.sqrt(torch.clamp(cond * (r2 - ya * ya / syy), min=0))
+    wb = torch.sqrt(torch.clamp(cond * (r2 - yb * yb / syy), min=0))
+    r_sx, y_right = torch.sqrt(r2 * sxx), sxy * torch.sqrt(r2 / sxx)
+    lo = torch.where((ya <= -y_right) & (-y_right <= yb), -r_sx, torch.minimum(slope * ya - wa, slope * yb - wb))
+    hi = torch.where((ya <= y_right) & (y_right <= yb), r_sx, torch.maximum(slope * ya + wa, slope * yb + wb))
+    x0 = torch.clamp(torch.ceil((u + lo - last) / ts), min=0)
+    x1 = torch.clamp(torch.floor((u + hi) / ts) + 1, max=tiles_x)
+    tx = ptx[:, None].to(means2d.dtype)
+    return (ty >= y0) & (ty < y1) & (ya <= yb) & (tx >= x0) & (tx < x1)
+
+
 def rasterize_reference(means2d: torch.Tensor,  # [C, N, 2]
                         conics: torch.Tensor,  # [C, N, 3]
                         colors: torch.Tensor,  # [C, N, 3]
@@ -301,8 +333,8 @@ def rasterize_reference(means2d: torch.Tensor,  # [C, N, 2]
                         opacities: torch.Tensor,  # [N]
                         background: torch.Tensor,  # [C, 3]
                         width: int, height: int):
-    """Twin of the tile rasterizer, dense: every pixel against every Gaussian whose tile
-    rectangle holds the pixel's tile. Returns rgb [C, H, W, 3], alpha [C, H, W], depth [C, H, W]."""
+    """Twin of the tile rasterizer, dense: every pixel against every Gaussian binned to the
+    pixel's tile. Returns rgb [C, H, W, 3], alpha [C, H, W], depth [C, H, W]."""
     rgbs, alphas, ds = [], [], []
     v, u = torch.meshgrid(torch.arange(height, dtype=means2d.dtype, device=means2d.device),
                           torch.arange(width, dtype=means2d.dtype, device=means2d.device), indexing="ij")
@@ -313,14 +345,9 @@ def rasterize_reference(means2d: torch.Tensor,  # [C, N, 2]
         # front-to-back order of the kernel: float32 depth, then index (a stable sort)
         order = torch.argsort(depths[c].float(), stable=True)
         order = order[radii[c, order] > 0]
-        m, q, col, d, r = means2d[c, order], conics[c, order], colors[c, order], depths[c, order], radii[c, order]
+        m, q, col, d = means2d[c, order], conics[c, order], colors[c, order], depths[c, order]
         op = opacities[order]
-        rf = r.to(m.dtype)
-        x0 = torch.clamp(torch.floor((m[:, 0] - rf) / TILE_SIZE).long(), 0, tiles_x)
-        x1 = torch.clamp(torch.floor((m[:, 0] + rf) / TILE_SIZE).long() + 1, 0, tiles_x)
-        y0 = torch.clamp(torch.floor((m[:, 1] - rf) / TILE_SIZE).long(), 0, tiles_y)
-        y1 = torch.clamp(torch.floor((m[:, 1] + rf) / TILE_SIZE).long() + 1, 0, tiles_y)
-        in_rect = ((ptx[:, None] >= x0) & (ptx[:, None] < x1) & (pty[:, None] >= y0) & (pty[:, None] < y1))
+        in_rect = tile_membership(m, q, op, ptx, pty, tiles_x, tiles_y)
         dx = m[None, :, 0] - pix[:, None, 0]
         dy = m[None, :, 1] - pix[:, None, 1]
         sigma = 0.5 * (q[None, :, 0] * dx * dx + q[None, :, 2] * dy * dy) + q[None, :, 1] * dx * dy

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Iterator
 
 import torch
 import warp as wp
+# Warp's kernel-argument descriptor is not exported; warp-lang is pinned to 1.19.x, and
+# tests/render/test_warp_args.py checks it against the descriptor of a wp.array.
+from warp._src.types import array_t as _array_t
 
 _initialised = False
 
@@ -35,6 +39,41 @@ def to_wp(t: torch.Tensor, dtype=None) -> wp.array:
     if dtype is None:
         return wp.from_torch(t, requires_grad=False)
     return wp.from_torch(t, dtype=dtype, requires_grad=False)
+
+
+@functools.lru_cache(maxsize=None)
+def _lanes_and_bytes(dtype) -> tuple[int, int]:
+    """(scalars per element, bytes per scalar) of a Warp scalar or vector type."""
+    if hasattr(dtype, "_length_"):
+        return int(dtype._length_), wp.types.type_size_in_bytes(dtype._wp_scalar_type_)
+    return 1, wp.types.type_size_in_bytes(dtype)
+
+
+def wp_arg(t: torch.Tensor, dtype=None) -> _array_t:
+    """A kernel-argument descriptor of a contiguous tensor, for ``wp.launch`` inputs and outputs only.
+
+    ``wp.launch`` takes a descriptor verbatim, without building a ``wp.array`` (about 10 us of
+    host time each): a render passes some 50 arrays, and at 1M Gaussians that host time was a
+    large part of the measured time. ``dtype`` folds the last dim into a vector type as in ``to_wp``;
+    the scalar size is checked, the kernel's declared dtype is not (the twin tests cover every launch).
+    """
+    if not t.is_contiguous():
+        raise ValueError(f"tensor of shape {tuple(t.shape)} must be contiguous to pass to a Warp kernel")
+    shape = tuple(t.shape)
+    item = t.element_size()
+    if dtype is not None:
+        lanes, scalar = _lanes_and_bytes(dtype)
+        if scalar != item or (lanes > 1 and (not shape or shape[-1] != lanes)):
+            raise ValueError(f"tensor of shape {shape} and {t.dtype} cannot be viewed as an array of {dtype}")
+        if lanes > 1:
+            shape = shape[:-1] or (1,)
+            item *= lanes
+    strides = [item] * len(shape)
+    for k in range(len(shape) - 2, -1, -1):
+        strides[k] = strides[k + 1] * shape[k + 1]
+    arg = _array_t(data=t.data_ptr(), grad=0, ndim=len(shape), shape=shape, strides=strides)
+    arg.owner = t  # keeps a temporary tensor alive for as long as the descriptor
+    return arg
 
 
 @contextlib.contextmanager
