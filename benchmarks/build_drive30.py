@@ -17,7 +17,6 @@ import argparse
 import datetime
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time

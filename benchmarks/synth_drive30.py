@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import shutil
-import subprocess
 import sys
 import tempfile
 import time

@@ -64,17 +64,22 @@ SH_C3_5 = 1.445305721320277
 SH_C3_6 = -0.5900435899266435
 
 
-def make_projection_kernel(float_t):
-    """The projection kernel for one float type (``wp.float32`` for speed, ``wp.float64`` for gradcheck)."""
-    module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
+def make_projection_kernel(float_t, pinhole_global: bool = False):
+    """The projection kernel for one float type (``wp.float32`` for speed, ``wp.float64`` for gradcheck).
+
+    ``pinhole_global``: the kernel for launches whose cameras are all pinhole with a global
+    shutter, in a module of its own. The camera model and the shutter are then known when the
+    kernel compiles, so its code (and above all Warp's generated adjoint, which otherwise
+    carries every model's and the rolling shutter's state) holds the pinhole path only.
+    """
+    # float64 and specialised kernels compile apart (warp_kernels.modules)
+    module = variant_module(__name__, float_t, "pinhole" if pinhole_global else "")
     vec2 = wp.types.vector(2, float_t)
     vec3 = wp.types.vector(3, float_t)
     vec16 = wp.types.vector(16, float_t)
     mat22 = wp.types.matrix((2, 2), float_t)
     mat23 = wp.types.matrix((2, 3), float_t)
-    mat33 = wp.types.matrix((3, 3), float_t)
     vec4 = wp.types.vector(4, float_t)
-    quat = wp.types.quaternion(float_t)
 
     to_quat, pose_at = make_pose_funcs(float_t)
 
@@ -141,6 +146,37 @@ def make_projection_kernel(float_t):
                      radial + float_t(2.0) * yn * yn * drad + float_t(6.0) * p1 * yn + float_t(2.0) * p2 * xn)
 
     @wp.func(module=module)
+    def perspective(k: vec16, p: vec3, near: float_t, width: int, height: int):
+        """The perspective division of the pinhole and OpenCV models: the normalised point
+        (xn, yn); the point clamped to near the view (xj, yj), where the Jacobian is taken;
+        d(normalised)/dp there; and whether p lies beyond the near plane."""
+        x = p[0]
+        y = p[1]
+        z = p[2]
+        fx = k[0]
+        fy = k[1]
+        cx = k[2]
+        cy = k[3]
+        ok = True
+        if z <= near:
+            ok = False
+            z = near  # keep the maths finite; the result is discarded
+        iz = float_t(1.0) / z
+        mx = float_t(FRUSTUM_MARGIN) * float_t(width)
+        my = float_t(FRUSTUM_MARGIN) * float_t(height)
+        xj = wp.clamp(x * iz, (float_t(-0.5) - mx - cx) / fx, (float_t(width) - float_t(0.5) + mx - cx) / fx)
+        yj = wp.clamp(y * iz, (float_t(-0.5) - my - cy) / fy, (float_t(height) - float_t(0.5) + my - cy) / fy)
+        P = mat23(iz, float_t(0.0), -xj * iz, float_t(0.0), iz, -yj * iz)
+        return x * iz, y * iz, xj, yj, P, ok
+
+    @wp.func(module=module)
+    def project_pinhole(k: vec16, p: vec3, near: float_t, width: int, height: int):
+        """``project_point`` for a pinhole camera."""
+        xn, yn, xj, yj, P, ok = perspective(k, p, near, width, height)
+        J = mat22(k[0], float_t(0.0), float_t(0.0), k[1]) * P
+        return vec2(k[0] * xn + k[2], k[1] * yn + k[3]), J, ok
+
+    @wp.func(module=module)
     def project_point(model: int, k: vec16, p: vec3, near: float_t, width: int, height: int):
         """Pixel of camera-frame point p, its Jacobian, and whether the model can see it."""
         x = p[0]
@@ -154,18 +190,8 @@ def make_projection_kernel(float_t):
         uv = vec2(float_t(0.0), float_t(0.0))
         J = mat23()
         if model == MODEL_PINHOLE or model == MODEL_OPENCV:
-            if z <= near:
-                ok = False
-                z = near  # keep the maths finite; the result is discarded
-            iz = float_t(1.0) / z
-            mx = float_t(FRUSTUM_MARGIN) * float_t(width)
-            my = float_t(FRUSTUM_MARGIN) * float_t(height)
-            xj = wp.clamp(x * iz, (float_t(-0.5) - mx - cx) / fx, (float_t(width) - float_t(0.5) + mx - cx) / fx)
-            yj = wp.clamp(y * iz, (float_t(-0.5) - my - cy) / fy, (float_t(height) - float_t(0.5) + my - cy) / fy)
-            P = mat23(iz, float_t(0.0), -xj * iz, float_t(0.0), iz, -yj * iz)
+            xn, yn, xj, yj, P, ok = perspective(k, p, near, width, height)
             # the pixel itself from the true point; the distortion's Jacobian at the clamped one
-            xn = x * iz
-            yn = y * iz
             D = mat22(float_t(1.0), float_t(0.0), float_t(0.0), float_t(1.0))
             xd = xn
             yd = yn
@@ -278,20 +304,27 @@ def make_projection_kernel(float_t):
         k = cam_params[c]
         mean = means[i]
 
-        # Camera pose at the Gaussian's own line time: project with the mid-readout pose,
-        # read the line, re-evaluate the pose there (one fixed-point step).
-        R, t = pose_at(to_quat(cam_q0[c]), cam_t0[c], to_quat(cam_q1[c]), cam_t1[c], float_t(0.5))
-        shutter = cam_shutter[c]
-        if shutter != SHUTTER_GLOBAL:
-            uv0, J0, ok0 = project_point(model, k, R * mean + t, near, width, height)
-            a = line_fraction(shutter, uv0, width, height)
-            R, t = pose_at(to_quat(cam_q0[c]), cam_t0[c], to_quat(cam_q1[c]), cam_t1[c], a)
+        if wp.static(pinhole_global):
+            R = wp.quat_to_matrix(wp.normalize(to_quat(cam_q0[c])))
+            t = cam_t0[c]
+            p = R * mean + t
+            uv, J, ok = project_pinhole(k, p, near, width, height)
+            depth = p[2]
+        else:
+            # Camera pose at the Gaussian's own line time: project with the mid-readout pose,
+            # read the line, re-evaluate the pose there (one fixed-point step).
+            R, t = pose_at(to_quat(cam_q0[c]), cam_t0[c], to_quat(cam_q1[c]), cam_t1[c], float_t(0.5))
+            shutter = cam_shutter[c]
+            if shutter != SHUTTER_GLOBAL:
+                uv0, J0, ok0 = project_point(model, k, R * mean + t, near, width, height)
+                a = line_fraction(shutter, uv0, width, height)
+                R, t = pose_at(to_quat(cam_q0[c]), cam_t0[c], to_quat(cam_q1[c]), cam_t1[c], a)
 
-        p = R * mean + t
-        uv, J, ok = project_point(model, k, p, near, width, height)
-        depth = p[2]
-        if model == MODEL_OPENCV_FISHEYE or model == MODEL_FTHETA:
-            depth = wp.length(p)
+            p = R * mean + t
+            uv, J, ok = project_point(model, k, p, near, width, height)
+            depth = p[2]
+            if model == MODEL_OPENCV_FISHEYE or model == MODEL_FTHETA:
+                depth = wp.length(p)
         if not ok or depth > far:
             return
         # alpha = opacity exp(-d^2 / 2) reaches ALPHA_MIN at d^2 = 2 ln(opacity / ALPHA_MIN)
@@ -339,3 +372,5 @@ def make_projection_kernel(float_t):
 
 project_gaussians_f32 = make_projection_kernel(wp.float32)
 project_gaussians_f64 = make_projection_kernel(wp.float64)
+project_pinhole_global_f32 = make_projection_kernel(wp.float32, pinhole_global=True)
+project_pinhole_global_f64 = make_projection_kernel(wp.float64, pinhole_global=True)

@@ -20,6 +20,9 @@ import warp as wp
 from warp_kernels.compositing import ALPHA_MIN
 from warp_kernels.modules import variant_module
 
+# integer bookkeeping only: no adjoints (less to compile)
+wp.set_module_options({"enable_backward": False})
+
 TILE_SIZE = 16
 SPAN_MARGIN = 1e-3  # relative widening of r2: rounding (and fast-math exp in the rasterizer) never drops a pixel
 KEY_PAD = wp.constant(wp.int64(0x7FFFFFFFFFFFFFFF))  # sorts after every real key

@@ -29,7 +29,7 @@ from nurec_usd.capture.model import (
     Track,
 )
 from nurec_usd.capture.paths import resolve_inside
-from nurec_usd.capture.sweep_io import SWEEP_SUFFIXES, SweepFormatError, read_nrl_header, read_sweep
+from nurec_usd.capture.sweep_io import SWEEP_SUFFIXES, SweepFormatError, read_nrl_header
 
 # Rotations written as float32 and printed to JSON are orthonormal to ~1e-7; anything
 # beyond this is a wrong matrix, not rounding. Accepted ones are re-orthonormalised.

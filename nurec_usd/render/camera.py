@@ -54,6 +54,9 @@ class CameraBatch:
     shutter: torch.Tensor  # [C] int32, SHUTTERS
     width: int
     height: int
+    # every camera pinhole with a global shutter (known on the host: picks the specialised
+    # projection kernel without reading the device tensors); False is always correct
+    pinhole_global: bool = False
 
     def __len__(self) -> int:
         return int(self.model.shape[0])
@@ -105,7 +108,8 @@ class CameraBatch:
             rot_start=q0.contiguous(), trans_start=T_camera_world_start[:, :3, 3].contiguous(),
             rot_end=q1.contiguous(), trans_end=end[:, :3, 3].contiguous(),
             shutter=torch.tensor([SHUTTERS[s] for s in shutters], dtype=torch.int32, device=device),
-            width=int(width), height=int(height))
+            width=int(width), height=int(height),
+            pinhole_global=all(m == "pinhole" for m in models) and all(s == "global" for s in shutters))
 
     @classmethod
     def pinhole(cls, viewmats: torch.Tensor,  # [C, 4, 4] T_camera_world
@@ -119,7 +123,7 @@ class CameraBatch:
     def to(self, dtype: torch.dtype) -> "CameraBatch":
         f = lambda t: t.to(dtype)  # noqa: E731
         return CameraBatch(self.model, f(self.params), f(self.rot_start), f(self.trans_start), f(self.rot_end),
-                           f(self.trans_end), self.shutter, self.width, self.height)
+                           f(self.trans_end), self.shutter, self.width, self.height, self.pinhole_global)
 
 
 @dataclass
@@ -144,12 +148,14 @@ class CameraRender:
     overflow: torch.Tensor  # [1] bool on the device: more intersections than the capacity
 
 
-def _kernels(dtype: torch.dtype):
+def _kernels(dtype: torch.dtype, pinhole_global: bool = False):
     if dtype == torch.float32:
-        return (kproj.project_gaussians_f32, kbin.count_tiles_f32, kbin.emit_keys_f32,
+        project = kproj.project_pinhole_global_f32 if pinhole_global else kproj.project_gaussians_f32
+        return (project, kbin.count_tiles_f32, kbin.emit_keys_f32,
                 kraster.rasterize_forward_f32, kraster.rasterize_backward_f32)
     if dtype == torch.float64:
-        return (kproj.project_gaussians_f64, kbin.count_tiles_f64, kbin.emit_keys_f64,
+        project = kproj.project_pinhole_global_f64 if pinhole_global else kproj.project_gaussians_f64
+        return (project, kbin.count_tiles_f64, kbin.emit_keys_f64,
                 kraster.rasterize_forward_f64, kraster.rasterize_backward_f64)
     raise ValueError(f"Gaussians must be float32 or float64, got {dtype}")
 
@@ -163,12 +169,20 @@ def _flat(tensors, dtype: torch.dtype) -> list:
 
 
 
+def _split(make, shapes: list[tuple], dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
+    """Contiguous tensors of these shapes carved from one ``make`` (torch.zeros or torch.empty)
+    allocation: one allocation and one fill instead of one each (a render makes dozens)."""
+    sizes = [math.prod(shape) for shape in shapes]
+    flat = make(sum(sizes), dtype=dtype, device=device)
+    return [part.view(shape) for part, shape in zip(flat.split(sizes), shapes)]
+
+
 class _RenderCameras(torch.autograd.Function):
     @staticmethod
     def forward(ctx, means, quats, scales, opacities, sh, background, cams: CameraBatch, sh_degree: int,
                 settings: RenderSettings):
         dtype, device = means.dtype, means.device
-        project, count_tiles, emit_keys, raster_fwd, _ = _kernels(dtype)
+        project, count_tiles, emit_keys, raster_fwd, _ = _kernels(dtype, cams.pinhole_global)
         c, n = len(cams), means.shape[0]
         w, h = cams.width, cams.height
         tiles_x, tiles_y = math.ceil(w / kbin.TILE_SIZE), math.ceil(h / kbin.TILE_SIZE)
@@ -176,12 +190,9 @@ class _RenderCameras(torch.autograd.Function):
         v2, v3, v4, v16 = wp_vector(2, dtype), wp_vector(3, dtype), wp_vector(4, dtype), wp_vector(16, dtype)
         fwp = wp.float32 if dtype == torch.float32 else wp.float64
 
-        means2d = torch.zeros(c, n, 2, dtype=dtype, device=device)
-        conics = torch.zeros(c, n, 3, dtype=dtype, device=device)
-        depths = torch.zeros(c, n, dtype=dtype, device=device)
+        means2d = torch.zeros(c, n, 2, dtype=dtype, device=device)  # returned: an allocation of its own
         radii = torch.zeros(c, n, dtype=torch.int32, device=device)
-        colors = torch.zeros(c, n, 3, dtype=dtype, device=device)
-        opacities2d = torch.zeros(c, n, dtype=dtype, device=device)
+        conics, depths, colors, opacities2d = _split(torch.zeros, [(c, n, 3), (c, n), (c, n, 3), (c, n)], dtype, device)
         project_inputs = [
             wp_arg(means, v3), wp_arg(quats, v4), wp_arg(scales, v3), wp_arg(sh), int(sh_degree), wp_arg(opacities),
             wp_arg(cams.rot_start, v4), wp_arg(cams.trans_start, v3), wp_arg(cams.rot_end, v4),
@@ -231,6 +242,8 @@ class _RenderCameras(torch.autograd.Function):
         ctx.save_for_backward(means, quats, scales, opacities, sh, background, means2d, conics, depths, radii,
                               colors, opacities2d, ranges, values, alpha, last)
         ctx.cams, ctx.sh_degree, ctx.settings = cams, sh_degree, settings
+        # the backward launches take the same arrays: their descriptors are reused (host time)
+        ctx.project_inputs, ctx.raster_inputs = project_inputs, raster_inputs
         ctx.tiles = (tiles_x, tiles_y)
         ctx.mark_non_differentiable(means2d, radii, total)
         overflow = total > capacity
@@ -239,15 +252,14 @@ class _RenderCameras(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_rgb, grad_alpha, grad_depth, *_):
-        (means, quats, scales, opacities, sh, background, means2d, conics, depths, radii, colors, opacities2d, ranges,
-         values, alpha, last) = ctx.saved_tensors
-        cams, settings = ctx.cams, ctx.settings
+        (means, quats, scales, _, sh, _, _, _, _, radii, _, _, _, _, alpha, last) = ctx.saved_tensors
+        cams = ctx.cams
         dtype, device = means.dtype, means.device
-        project, _, _, _, raster_bwd = _kernels(dtype)
+        project, _, _, _, raster_bwd = _kernels(dtype, cams.pinhole_global)
         c, n = len(cams), means.shape[0]
         w, h = cams.width, cams.height
         tiles_x, tiles_y = ctx.tiles
-        v2, v3, v4, v16 = wp_vector(2, dtype), wp_vector(3, dtype), wp_vector(4, dtype), wp_vector(16, dtype)
+        v2, v3, v4 = wp_vector(2, dtype), wp_vector(3, dtype), wp_vector(4, dtype)
         fwp = wp.float32 if dtype == torch.float32 else wp.float64
 
         def grad_or_zeros(g, shape):
@@ -256,38 +268,31 @@ class _RenderCameras(torch.autograd.Function):
         grad_rgb = grad_or_zeros(grad_rgb, (c, h, w, 3))
         grad_alpha = grad_or_zeros(grad_alpha, (c, h, w))
         grad_depth = grad_or_zeros(grad_depth, (c, h, w))
-        g_means2d = torch.zeros(c, n, 2, dtype=dtype, device=device)
-        g_conics = torch.zeros(c, n, 3, dtype=dtype, device=device)
-        g_colors = torch.zeros(c, n, 3, dtype=dtype, device=device)
-        g_depths = torch.zeros(c, n, dtype=dtype, device=device)
-        g_opacities2d = torch.zeros(c, n, dtype=dtype, device=device)
+        g_means2d, g_conics, g_colors, g_depths, g_opacities2d = _split(
+            torch.zeros, [(c, n, 2), (c, n, 3), (c, n, 3), (c, n), (c, n)], dtype, device)
         g_means = torch.zeros_like(means)
         g_quats = torch.zeros_like(quats)
         g_scales = torch.zeros_like(scales)
         g_sh = torch.zeros_like(sh)
         with launch_stream(device) as wdev:
             wp.launch_tiled(raster_bwd, dim=[c * tiles_x * tiles_y],
-                            inputs=[wp_arg(ranges), wp_arg(values),
-                                    *_flat((means2d, conics, colors, depths, opacities2d), dtype),
-                                    wp_arg(background, v3), tiles_x, tiles_x * tiles_y, w, h, wp_arg(alpha), wp_arg(last),
+                            inputs=[*ctx.raster_inputs, wp_arg(alpha), wp_arg(last),
                                     wp_arg(grad_rgb, v3), wp_arg(grad_alpha), wp_arg(grad_depth)],
                             outputs=_flat((g_means2d, g_conics, g_colors, g_depths, g_opacities2d), dtype),
                             device=wdev, block_dim=kraster.TILE_PIXELS)
             # Projection backward: Warp's adjoint of the projection kernel, fed the raster's gradients.
-            inputs = [wp_arg(means, v3), wp_arg(quats, v4), wp_arg(scales, v3), wp_arg(sh), int(ctx.sh_degree),
-                      wp_arg(opacities), wp_arg(cams.rot_start, v4), wp_arg(cams.trans_start, v3), wp_arg(cams.rot_end, v4),
-                      wp_arg(cams.trans_end, v3), wp_arg(cams.model), wp_arg(cams.params, v16), wp_arg(cams.shutter),
-                      w, h, fwp(settings.near), fwp(settings.far)]
-            scratch = [torch.zeros_like(t) for t in (means2d, conics, depths, radii, colors, opacities2d)]
-            outputs = [wp_arg(scratch[0], v2), wp_arg(scratch[1], v3), wp_arg(scratch[2]), wp_arg(scratch[3]),
-                       wp_arg(scratch[4], v3), wp_arg(scratch[5])]
-            # opacities only set the splat's extent (piecewise constant): their adjoint is discarded
+            # It replays the forward into scratch outputs (never read); the opacities only set the
+            # splat's extent (piecewise constant), so their adjoint is discarded.
+            s_means2d, s_conics, s_depths, s_colors, s_opacities2d, d_opacities, d_opacities2d = _split(
+                torch.empty, [(c, n, 2), (c, n, 3), (c, n), (c, n, 3), (c, n), (n,), (c, n)], dtype, device)
+            outputs = [wp_arg(s_means2d, v2), wp_arg(s_conics, v3), wp_arg(s_depths),
+                       wp_arg(torch.empty_like(radii)), wp_arg(s_colors, v3), wp_arg(s_opacities2d)]
             adj_inputs = [wp_arg(g_means, v3), wp_arg(g_quats, v4), wp_arg(g_scales, v3), wp_arg(g_sh), 0,
-                          wp_arg(torch.zeros_like(opacities)), None, None, None, None, None, None, None, 0, 0,
+                          wp_arg(d_opacities.zero_()), None, None, None, None, None, None, None, 0, 0,
                           fwp(0.0), fwp(0.0)]
             adj_outputs = [wp_arg(g_means2d, v2), wp_arg(g_conics, v3), wp_arg(g_depths), None, wp_arg(g_colors, v3),
-                           wp_arg(torch.zeros_like(opacities2d))]
-            wp.launch(project, dim=(c, n), inputs=inputs, outputs=outputs, adj_inputs=adj_inputs,
+                           wp_arg(d_opacities2d.zero_())]
+            wp.launch(project, dim=(c, n), inputs=ctx.project_inputs, outputs=outputs, adj_inputs=adj_inputs,
                       adj_outputs=adj_outputs, adjoint=True, device=wdev)
         grad_background = (grad_rgb * (1.0 - alpha)[..., None]).sum(dim=(1, 2))
         g_opacities = g_opacities2d.sum(0)

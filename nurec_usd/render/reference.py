@@ -460,7 +460,7 @@ def lidar_tile_mask_reference(splats: torch.Tensor,  # [N, 8]
     """Whether each ray's tile is one of the tiles each splat is binned into (``lidar_binning``)."""
     tiles = lidar.tiles
     dtype, device = splats.dtype, splats.device
-    C, W = lidar.channels, lidar.columns
+    W = lidar.columns
     band_f = tiles.band_f.to(device=device, dtype=dtype)  # [B, 4]
     band_i = tiles.band_i.long().to(device)  # [B, 4]
     alpha, elev = splats[:, 0:1], splats[:, 1:2]

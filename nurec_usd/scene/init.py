@@ -14,7 +14,6 @@ Steps, all tensor code on the training device:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 

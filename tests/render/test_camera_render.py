@@ -3,6 +3,7 @@ every camera model, rolling shutter, SH degrees, culling, overflow, and the real
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -111,6 +112,56 @@ def test_gradcheck_float64():
     def f(means, quats, scales, opacities, sh):
         out = render_cameras(means, quats, scales, opacities, sh, cams, sh_degree=1)
         return (out.rgb * w).sum(dim=(1, 2, 3)), out.alpha.sum(dim=(1, 2)), out.depth.sum(dim=(1, 2))
+
+    inputs = [p.clone().requires_grad_(True) for p in params]
+    assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+def pinhole_cameras(dtype) -> CameraBatch:
+    """Three global-shutter pinhole cameras in different poses: the specialised projection kernel."""
+    start = torch.eye(4, dtype=dtype).repeat(3, 1, 1)
+    start[1, 0, 3] = 0.3
+    start[1, :3, :3] = _rot_x(0.25, dtype)
+    start[2, :3, :3] = _rot_x(-0.2, dtype)
+    cams = CameraBatch.create(["pinhole"] * 3, [PARAMS["pinhole"]] * 3, W, H, start)
+    assert cams.pinhole_global
+    return cams
+
+
+@pytest.mark.parametrize("dtype, rtol", [(torch.float32, 1e-4), (torch.float64, 1e-10)])
+def test_pinhole_global_kernel_matches_twin_and_generic_kernel(dtype, rtol):
+    params = make_gaussians(300, dtype)
+    for p in params:
+        p.requires_grad_(True)
+    cams = pinhole_cameras(dtype)
+    generic = dataclasses.replace(cams, pinhole_global=False)
+    bg = torch.tensor([0.1, 0.2, 0.3], dtype=dtype)
+    ours, ref = _render_both(params, cams, 2, bg)
+    other = render_cameras(*params, generic, sh_degree=2, background=bg)
+    assert torch.equal(ours.radii, ref[4]) and ours.alpha.mean() > 0.1
+    atol = 2e-5 if dtype == torch.float32 else 1e-10
+    for a, b, c in ((ours.rgb, ref[0], other.rgb), (ours.alpha, ref[1], other.alpha)):
+        torch.testing.assert_close(a, b, atol=atol, rtol=0)
+        torch.testing.assert_close(a, c, atol=atol, rtol=0)
+    w = torch.randn(ours.rgb.shape, generator=torch.Generator().manual_seed(4)).to(dtype)
+    for name, a, b, c in zip(["means", "quats", "scales", "opacities", "sh"],
+                             torch.autograd.grad((ours.rgb * w).sum() + ours.depth.sum(), params),
+                             torch.autograd.grad((ref[0] * w).sum() + ref[2].sum(), params),
+                             torch.autograd.grad((other.rgb * w).sum() + other.depth.sum(), params)):
+        assert b.abs().sum() > 0, name
+        assert ((a - b).norm() / b.norm()).item() < rtol, name
+        assert ((a - c).norm() / c.norm()).item() < rtol, name
+
+
+def test_gradcheck_float64_pinhole_global():
+    params = make_gaussians(6, torch.float64, sh_dim=4, seed=5, spread=0.4)
+    params[2] = params[2] * 3
+    cams = pinhole_cameras(torch.float64)
+    w = torch.randn(3, H, W, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+
+    def f(means, quats, scales, opacities, sh):
+        out = render_cameras(means, quats, scales, opacities, sh, cams, sh_degree=1)
+        return (out.rgb * w).sum(dim=(1, 2, 3)), out.depth.sum(dim=(1, 2))
 
     inputs = [p.clone().requires_grad_(True) for p in params]
     assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
@@ -253,8 +304,9 @@ def test_intersection_capacity_grows_without_losing_a_step():
     torch.testing.assert_close(again.rgb, exact.rgb, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("module_name", ["camera_project", "tile_binning", "camera_raster",
-                                         "camera_project_f64", "tile_binning_f64", "camera_raster_f64"])
+@pytest.mark.parametrize("module_name", ["camera_project", "tile_binning", "camera_raster", "camera_project_pinhole",
+                                         "camera_project_f64", "tile_binning_f64", "camera_raster_f64",
+                                         "camera_project_pinhole_f64"])
 def test_cuda_code_generation(module_name, tmp_path):
     """The CUDA build of each camera module compiles (NVRTC, sm_90) on a machine without a GPU:
     CUDA-only code (warp shuffles, fast math) is checked in CI, not first on the device. The
@@ -266,7 +318,7 @@ def test_cuda_code_generation(module_name, tmp_path):
     from nurec_usd.render.warp_torch import init_warp
 
     init_warp()
-    importlib.import_module(f"warp_kernels.{module_name.removesuffix('_f64')}")
+    importlib.import_module(f"warp_kernels.{module_name.removesuffix('_f64').removesuffix('_pinhole')}")
     module = f"warp_kernels.{module_name}"
     assert wp.get_module(module).kernels, f"{module} holds no kernels"
     try:
