@@ -1,4 +1,5 @@
-"""Projection of 3D Gaussians into cameras: 2D means, conics, depths, radii and colours.
+"""Projection of 3D Gaussians into cameras: 2D means, conics, depths, radii and view
+directions; and colours from spherical harmonics along those directions (``sh_colors``).
 
 One thread per (camera, Gaussian). Every camera model of the capture format (pinhole,
 OpenCV radial-tangential, OpenCV fisheye, f-theta) and rolling shutter are handled in
@@ -241,43 +242,11 @@ def make_projection_kernel(float_t, pinhole_global: bool = False):
             frac = float_t(1.0) - uv[0] / cols
         return wp.clamp(frac, float_t(0.0), float_t(1.0))
 
-    @wp.func(module=module)
-    def sh_channel(degree: int, sh: wp.array3d(dtype=float_t), i: int, ch: int, d: vec3):
-        """One colour channel from spherical harmonics (coefficient-major [N, K, 3]) in unit direction d."""
-        x = d[0]
-        y = d[1]
-        z = d[2]
-        v = float_t(SH_C0) * sh[i, 0, ch]
-        if degree >= 1:
-            v += float_t(SH_C1) * (-y * sh[i, 1, ch] + z * sh[i, 2, ch] - x * sh[i, 3, ch])
-        if degree >= 2:
-            xx = x * x
-            yy = y * y
-            zz = z * z
-            v += (float_t(SH_C2_0) * x * y * sh[i, 4, ch]
-                  + float_t(SH_C2_1) * y * z * sh[i, 5, ch]
-                  + float_t(SH_C2_2) * (float_t(2.0) * zz - xx - yy) * sh[i, 6, ch]
-                  + float_t(SH_C2_3) * x * z * sh[i, 7, ch]
-                  + float_t(SH_C2_4) * (xx - yy) * sh[i, 8, ch])
-            if degree >= 3:
-                v += (float_t(SH_C3_0) * y * (float_t(3.0) * xx - yy) * sh[i, 9, ch]
-                      + float_t(SH_C3_1) * x * y * z * sh[i, 10, ch]
-                      + float_t(SH_C3_2) * y * (float_t(4.0) * zz - xx - yy) * sh[i, 11, ch]
-                      + float_t(SH_C3_3) * z * (float_t(2.0) * zz - float_t(3.0) * xx - float_t(3.0) * yy)
-                      * sh[i, 12, ch]
-                      + float_t(SH_C3_4) * x * (float_t(4.0) * zz - xx - yy) * sh[i, 13, ch]
-                      + float_t(SH_C3_5) * z * (xx - yy) * sh[i, 14, ch]
-                      + float_t(SH_C3_6) * x * (xx - float_t(3.0) * yy) * sh[i, 15, ch])
-        # colour = 0.5 + SH, clamped at 0 (the DC convention of 3DGS)
-        return wp.max(v + float_t(0.5), float_t(0.0))
-
     @wp.kernel(module=module)
     def project_gaussians(
         means: wp.array(dtype=vec3),  # [N] world
         quats: wp.array(dtype=vec4),  # [N] (w, x, y, z), any norm
         scales: wp.array(dtype=vec3),  # [N] linear standard deviations
-        sh: wp.array3d(dtype=float_t),  # [N, K, 3] SH coefficients, or [N, 1, 3] colours when sh_degree < 0
-        sh_degree: int,  # -1: sh holds final colours
         opacities: wp.array(dtype=float_t),  # [N] in [0, 1]: bounds how far a splat can reach ALPHA_MIN
         cam_q0: wp.array(dtype=vec4),  # [C] T_camera_world rotation (w, x, y, z) at readout start
         cam_t0: wp.array(dtype=vec3),  # [C] T_camera_world translation at readout start
@@ -295,7 +264,7 @@ def make_projection_kernel(float_t, pinhole_global: bool = False):
         conics: wp.array2d(dtype=vec3),  # inverse 2D covariance (a, b, c) = [[a, b], [b, c]]
         depths: wp.array2d(dtype=float_t),  # z for pinhole/opencv, distance for fisheye/f-theta
         radii: wp.array2d(dtype=wp.int32),  # pixels; 0 = culled
-        colors: wp.array2d(dtype=vec3),
+        dirs: wp.array2d(dtype=vec3),  # unit view direction from the camera centre at the Gaussian's line time
         opacities2d: wp.array2d(dtype=float_t),  # the opacity again, per camera, for the rasterizer's gathers
     ):
         c, i = wp.tid()
@@ -358,19 +327,72 @@ def make_projection_kernel(float_t, pinhole_global: bool = False):
         depths[c, i] = depth
         radii[c, i] = wp.int32(radius)
         opacities2d[c, i] = opacities[i]
-        if sh_degree < 0:
-            colors[c, i] = vec3(sh[i, 0, 0], sh[i, 0, 1], sh[i, 0, 2])
-        else:
-            # view direction from the camera centre (world) at the Gaussian's line time
-            centre = -(wp.transpose(R) * t)
-            d = wp.normalize(mean - centre)
-            colors[c, i] = vec3(sh_channel(sh_degree, sh, i, 0, d), sh_channel(sh_degree, sh, i, 1, d),
-                                sh_channel(sh_degree, sh, i, 2, d))
+        centre = -(wp.transpose(R) * t)  # the camera centre (world) at the Gaussian's line time
+        dirs[c, i] = wp.normalize(mean - centre)
 
     return project_gaussians
+
+
+def make_sh_kernel(float_t):
+    """Colours from spherical harmonics, one thread per (camera, Gaussian), for one float type.
+
+    Apart from the projection (as in gsplat), so that each kernel's generated adjoint carries
+    only its own state: together they held 255 registers and a 1 KB stack.
+    """
+    module = variant_module(__name__, float_t)
+    vec3 = wp.types.vector(3, float_t)
+
+    @wp.func(module=module)
+    def sh_channel(degree: int, sh: wp.array3d(dtype=float_t), i: int, ch: int, d: vec3):
+        """One colour channel from spherical harmonics (coefficient-major [N, K, 3]) in unit direction d."""
+        x = d[0]
+        y = d[1]
+        z = d[2]
+        v = float_t(SH_C0) * sh[i, 0, ch]
+        if degree >= 1:
+            v += float_t(SH_C1) * (-y * sh[i, 1, ch] + z * sh[i, 2, ch] - x * sh[i, 3, ch])
+        if degree >= 2:
+            xx = x * x
+            yy = y * y
+            zz = z * z
+            v += (float_t(SH_C2_0) * x * y * sh[i, 4, ch]
+                  + float_t(SH_C2_1) * y * z * sh[i, 5, ch]
+                  + float_t(SH_C2_2) * (float_t(2.0) * zz - xx - yy) * sh[i, 6, ch]
+                  + float_t(SH_C2_3) * x * z * sh[i, 7, ch]
+                  + float_t(SH_C2_4) * (xx - yy) * sh[i, 8, ch])
+            if degree >= 3:
+                v += (float_t(SH_C3_0) * y * (float_t(3.0) * xx - yy) * sh[i, 9, ch]
+                      + float_t(SH_C3_1) * x * y * z * sh[i, 10, ch]
+                      + float_t(SH_C3_2) * y * (float_t(4.0) * zz - xx - yy) * sh[i, 11, ch]
+                      + float_t(SH_C3_3) * z * (float_t(2.0) * zz - float_t(3.0) * xx - float_t(3.0) * yy)
+                      * sh[i, 12, ch]
+                      + float_t(SH_C3_4) * x * (float_t(4.0) * zz - xx - yy) * sh[i, 13, ch]
+                      + float_t(SH_C3_5) * z * (xx - yy) * sh[i, 14, ch]
+                      + float_t(SH_C3_6) * x * (xx - float_t(3.0) * yy) * sh[i, 15, ch])
+        # colour = 0.5 + SH, clamped at 0 (the DC convention of 3DGS)
+        return wp.max(v + float_t(0.5), float_t(0.0))
+
+    @wp.kernel(module=module)
+    def sh_colors(
+        sh: wp.array3d(dtype=float_t),  # [N, K, 3] SH coefficients
+        sh_degree: int,  # 0..3
+        dirs: wp.array2d(dtype=vec3),  # [C, N] from the projection
+        radii: wp.array2d(dtype=wp.int32),  # [C, N] from the projection: 0 = culled (left unwritten)
+        colors: wp.array2d(dtype=vec3),  # [C, N] out
+    ):
+        c, i = wp.tid()
+        if radii[c, i] == 0:
+            return
+        d = dirs[c, i]
+        colors[c, i] = vec3(sh_channel(sh_degree, sh, i, 0, d), sh_channel(sh_degree, sh, i, 1, d),
+                            sh_channel(sh_degree, sh, i, 2, d))
+
+    return sh_colors
 
 
 project_gaussians_f32 = make_projection_kernel(wp.float32)
 project_gaussians_f64 = make_projection_kernel(wp.float64)
 project_pinhole_global_f32 = make_projection_kernel(wp.float32, pinhole_global=True)
 project_pinhole_global_f64 = make_projection_kernel(wp.float64, pinhole_global=True)
+sh_colors_f32 = make_sh_kernel(wp.float32)
+sh_colors_f64 = make_sh_kernel(wp.float64)

@@ -151,11 +151,11 @@ class CameraRender:
 def _kernels(dtype: torch.dtype, pinhole_global: bool = False):
     if dtype == torch.float32:
         project = kproj.project_pinhole_global_f32 if pinhole_global else kproj.project_gaussians_f32
-        return (project, kbin.count_tiles_f32, kbin.emit_keys_f32,
+        return (project, kproj.sh_colors_f32, kbin.count_tiles_f32, kbin.emit_keys_f32,
                 kraster.rasterize_forward_f32, kraster.rasterize_backward_f32)
     if dtype == torch.float64:
         project = kproj.project_pinhole_global_f64 if pinhole_global else kproj.project_gaussians_f64
-        return (project, kbin.count_tiles_f64, kbin.emit_keys_f64,
+        return (project, kproj.sh_colors_f64, kbin.count_tiles_f64, kbin.emit_keys_f64,
                 kraster.rasterize_forward_f64, kraster.rasterize_backward_f64)
     raise ValueError(f"Gaussians must be float32 or float64, got {dtype}")
 
@@ -182,7 +182,7 @@ class _RenderCameras(torch.autograd.Function):
     def forward(ctx, means, quats, scales, opacities, sh, background, cams: CameraBatch, sh_degree: int,
                 settings: RenderSettings):
         dtype, device = means.dtype, means.device
-        project, count_tiles, emit_keys, raster_fwd, _ = _kernels(dtype, cams.pinhole_global)
+        project, sh_kernel, count_tiles, emit_keys, raster_fwd, _ = _kernels(dtype, cams.pinhole_global)
         c, n = len(cams), means.shape[0]
         w, h = cams.width, cams.height
         tiles_x, tiles_y = math.ceil(w / kbin.TILE_SIZE), math.ceil(h / kbin.TILE_SIZE)
@@ -192,20 +192,27 @@ class _RenderCameras(torch.autograd.Function):
 
         means2d = torch.zeros(c, n, 2, dtype=dtype, device=device)  # returned: an allocation of its own
         radii = torch.zeros(c, n, dtype=torch.int32, device=device)
-        conics, depths, colors, opacities2d = _split(torch.zeros, [(c, n, 3), (c, n), (c, n, 3), (c, n)], dtype, device)
+        conics, depths, dirs, opacities2d = _split(torch.zeros, [(c, n, 3), (c, n), (c, n, 3), (c, n)], dtype, device)
         project_inputs = [
-            wp_arg(means, v3), wp_arg(quats, v4), wp_arg(scales, v3), wp_arg(sh), int(sh_degree), wp_arg(opacities),
+            wp_arg(means, v3), wp_arg(quats, v4), wp_arg(scales, v3), wp_arg(opacities),
             wp_arg(cams.rot_start, v4), wp_arg(cams.trans_start, v3), wp_arg(cams.rot_end, v4),
             wp_arg(cams.trans_end, v3), wp_arg(cams.model), wp_arg(cams.params, v16), wp_arg(cams.shutter),
             w, h, fwp(settings.near), fwp(settings.far)]
-        project_outputs = [wp_arg(means2d, v2), wp_arg(conics, v3), wp_arg(depths), wp_arg(radii), wp_arg(colors, v3),
+        project_outputs = [wp_arg(means2d, v2), wp_arg(conics, v3), wp_arg(depths), wp_arg(radii), wp_arg(dirs, v3),
                            wp_arg(opacities2d)]
+        if sh_degree < 0:  # colours given: the same for every camera
+            colors = sh[:, 0, :].expand(c, n, 3).contiguous()
+        else:
+            colors = torch.zeros(c, n, 3, dtype=dtype, device=device)
+            sh_inputs = [wp_arg(sh), int(sh_degree), wp_arg(dirs, v3), wp_arg(radii)]
 
         counts = torch.empty(c * n, dtype=torch.int32, device=device)
         offsets = torch.empty(c * n, dtype=torch.int32, device=device)
         total = torch.zeros(1, dtype=torch.int32, device=device)
         with launch_stream(device) as wdev:
             wp.launch(project, dim=(c, n), inputs=project_inputs, outputs=project_outputs, device=wdev)
+            if sh_degree >= 0:
+                wp.launch(sh_kernel, dim=(c, n), inputs=sh_inputs, outputs=[wp_arg(colors, v3)], device=wdev)
             splats = [project_outputs[0], project_outputs[1], project_outputs[5], project_outputs[3]]
             wp.launch(count_tiles, dim=(c, n), inputs=[*splats, tiles_x, tiles_y], outputs=[wp_arg(counts)],
                       device=wdev)
@@ -240,7 +247,7 @@ class _RenderCameras(torch.autograd.Function):
                             block_dim=kraster.TILE_PIXELS)
 
         ctx.save_for_backward(means, quats, scales, opacities, sh, background, means2d, conics, depths, radii,
-                              colors, opacities2d, ranges, values, alpha, last)
+                              colors, opacities2d, ranges, values, alpha, last, dirs)
         ctx.cams, ctx.sh_degree, ctx.settings = cams, sh_degree, settings
         # the backward launches take the same arrays: their descriptors are reused (host time)
         ctx.project_inputs, ctx.raster_inputs = project_inputs, raster_inputs
@@ -252,10 +259,10 @@ class _RenderCameras(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_rgb, grad_alpha, grad_depth, *_):
-        (means, quats, scales, _, sh, _, _, _, _, radii, _, _, _, _, alpha, last) = ctx.saved_tensors
+        (means, quats, scales, _, sh, _, _, _, _, radii, _, _, _, _, alpha, last, dirs) = ctx.saved_tensors
         cams = ctx.cams
         dtype, device = means.dtype, means.device
-        project, _, _, _, raster_bwd = _kernels(dtype, cams.pinhole_global)
+        project, sh_kernel, _, _, _, raster_bwd = _kernels(dtype, cams.pinhole_global)
         c, n = len(cams), means.shape[0]
         w, h = cams.width, cams.height
         tiles_x, tiles_y = ctx.tiles
@@ -280,17 +287,26 @@ class _RenderCameras(torch.autograd.Function):
                                     wp_arg(grad_rgb, v3), wp_arg(grad_alpha), wp_arg(grad_depth)],
                             outputs=_flat((g_means2d, g_conics, g_colors, g_depths, g_opacities2d), dtype),
                             device=wdev, block_dim=kraster.TILE_PIXELS)
-            # Projection backward: Warp's adjoint of the projection kernel, fed the raster's gradients.
-            # It replays the forward into scratch outputs (never read); the opacities only set the
-            # splat's extent (piecewise constant), so their adjoint is discarded.
-            s_means2d, s_conics, s_depths, s_colors, s_opacities2d, d_opacities, d_opacities2d = _split(
-                torch.empty, [(c, n, 2), (c, n, 3), (c, n), (c, n, 3), (c, n), (n,), (c, n)], dtype, device)
+            # Warp's adjoints replay their kernel's forward into scratch outputs (never read).
+            s_means2d, s_conics, s_depths, s_dirs, s_opacities2d, d_opacities, d_opacities2d, g_dirs = _split(
+                torch.empty, [(c, n, 2), (c, n, 3), (c, n), (c, n, 3), (c, n), (n,), (c, n), (c, n, 3)], dtype, device)
+            g_dirs.zero_()
+            if ctx.sh_degree < 0:
+                g_sh[:, 0, :] = g_colors.sum(0)
+            else:  # colours: Warp's adjoint of sh_colors gives the SH and view-direction gradients
+                wp.launch(sh_kernel, dim=(c, n), inputs=[wp_arg(sh), int(ctx.sh_degree), wp_arg(dirs, v3), wp_arg(radii)],
+                          outputs=[wp_arg(torch.empty_like(g_colors), v3)],
+                          adj_inputs=[wp_arg(g_sh), 0, wp_arg(g_dirs, v3), None], adj_outputs=[wp_arg(g_colors, v3)],
+                          adjoint=True, device=wdev)
+            # Projection backward: Warp's adjoint of the projection kernel, fed the raster's and the
+            # colours' gradients. The opacities only set the splat's extent (piecewise constant), so
+            # their adjoint is discarded.
             outputs = [wp_arg(s_means2d, v2), wp_arg(s_conics, v3), wp_arg(s_depths),
-                       wp_arg(torch.empty_like(radii)), wp_arg(s_colors, v3), wp_arg(s_opacities2d)]
-            adj_inputs = [wp_arg(g_means, v3), wp_arg(g_quats, v4), wp_arg(g_scales, v3), wp_arg(g_sh), 0,
+                       wp_arg(torch.empty_like(radii)), wp_arg(s_dirs, v3), wp_arg(s_opacities2d)]
+            adj_inputs = [wp_arg(g_means, v3), wp_arg(g_quats, v4), wp_arg(g_scales, v3),
                           wp_arg(d_opacities.zero_()), None, None, None, None, None, None, None, 0, 0,
                           fwp(0.0), fwp(0.0)]
-            adj_outputs = [wp_arg(g_means2d, v2), wp_arg(g_conics, v3), wp_arg(g_depths), None, wp_arg(g_colors, v3),
+            adj_outputs = [wp_arg(g_means2d, v2), wp_arg(g_conics, v3), wp_arg(g_depths), None, wp_arg(g_dirs, v3),
                            wp_arg(d_opacities2d.zero_())]
             wp.launch(project, dim=(c, n), inputs=ctx.project_inputs, outputs=outputs, adj_inputs=adj_inputs,
                       adj_outputs=adj_outputs, adjoint=True, device=wdev)
