@@ -249,8 +249,10 @@ class _RenderCameras(torch.autograd.Function):
         ctx.save_for_backward(means, quats, scales, opacities, sh, background, means2d, conics, depths, radii,
                               colors, opacities2d, ranges, values, alpha, last, dirs)
         ctx.cams, ctx.sh_degree, ctx.settings = cams, sh_degree, settings
-        # the backward launches take the same arrays: their descriptors are reused (host time)
-        ctx.project_inputs, ctx.raster_inputs = project_inputs, raster_inputs
+        # The projection's adjoint takes the same inputs: their descriptors are reused (host time).
+        # Never keep descriptors of this function's outputs on ctx: an output -> ctx -> output
+        # cycle is freed only by the garbage collector, and GPU memory ran out first.
+        ctx.project_inputs = project_inputs
         ctx.tiles = (tiles_x, tiles_y)
         ctx.mark_non_differentiable(means2d, radii, total)
         overflow = total > capacity
@@ -259,7 +261,8 @@ class _RenderCameras(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_rgb, grad_alpha, grad_depth, *_):
-        (means, quats, scales, _, sh, _, _, _, _, radii, _, _, _, _, alpha, last, dirs) = ctx.saved_tensors
+        (means, quats, scales, _, sh, background, means2d, conics, depths, radii, colors, opacities2d, ranges, values,
+         alpha, last, dirs) = ctx.saved_tensors
         cams = ctx.cams
         dtype, device = means.dtype, means.device
         project, sh_kernel, _, _, _, raster_bwd = _kernels(dtype, cams.pinhole_global)
@@ -283,7 +286,9 @@ class _RenderCameras(torch.autograd.Function):
         g_sh = torch.zeros_like(sh)
         with launch_stream(device) as wdev:
             wp.launch_tiled(raster_bwd, dim=[c * tiles_x * tiles_y],
-                            inputs=[*ctx.raster_inputs, wp_arg(alpha), wp_arg(last),
+                            inputs=[wp_arg(ranges), wp_arg(values),
+                                    *_flat((means2d, conics, colors, depths, opacities2d), dtype),
+                                    wp_arg(background, v3), tiles_x, tiles_x * tiles_y, w, h, wp_arg(alpha), wp_arg(last),
                                     wp_arg(grad_rgb, v3), wp_arg(grad_alpha), wp_arg(grad_depth)],
                             outputs=_flat((g_means2d, g_conics, g_colors, g_depths, g_opacities2d), dtype),
                             device=wdev, block_dim=kraster.TILE_PIXELS)
