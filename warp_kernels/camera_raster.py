@@ -7,10 +7,11 @@ list). Each pixel composites its tile's depth-sorted Gaussians front to back:
     alpha_i = min(0.99, opacity_i * exp(-sigma_i)),  sigma_i = 0.5 d^T conic_i d
     rgb = sum_i colour_i alpha_i T_i + T_final * background,   T_i = prod_{j<i} (1 - alpha_j)
 
-skipping alpha < 1/255 and stopping before T would fall to 1e-4. The backward walks
-the same list back to front, recovering T_i from T_final, and on CUDA sums each
-Gaussian's gradient over the 32 pixels of a warp (shuffles) before one atomic add, so
-the atomics per Gaussian drop 32-fold. The module is compiled without Warp's generated
+skipping alpha < 1/255 and stopping before T would fall to 1e-4; a CUDA warp leaves a
+batch as soon as its 32 pixels have stopped. The backward walks the same list back to
+front, recovering T_i from T_final, each CUDA warp starting at the furthest Gaussian any
+of its pixels composited, and on CUDA sums each Gaussian's gradient over the 32 pixels of
+a warp (shuffles) before one atomic add, so the atomics per Gaussian drop 32-fold. The module is compiled without Warp's generated
 adjoint: compositing loops have run-time trip counts, which Warp's adjoint cannot replay.
 """
 

@@ -19,7 +19,8 @@ front to back:
     hit = 1 - T_final,  median = range of the Gaussian after which T first falls to <= 0.5
 
 skipping alpha < 1/255 and stopping before a Gaussian that would take T to <= 1e-4 (the
-camera's rules). A tile cut into several chunks gives the same result as one long walk:
+camera's rules; as there, a CUDA warp leaves a batch once its 32 rays have stopped, and
+walks back from its own furthest ray). A tile cut into several chunks gives the same result as one long walk:
 
 1. ``chunk_transmittance``: every chunk but the last of its tile multiplies its (1 - alpha)
    per ray, stopping once the product is <= T_MIN (then the walk has stopped by the end of
