@@ -280,9 +280,9 @@ class _RenderCameras(torch.autograd.Function):
         grad_depth = grad_or_zeros(grad_depth, (c, h, w))
         g_means2d, g_conics, g_colors, g_depths, g_opacities2d = _split(
             torch.zeros, [(c, n, 2), (c, n, 3), (c, n, 3), (c, n), (c, n)], dtype, device)
-        g_means = torch.zeros_like(means)
-        g_quats = torch.zeros_like(quats)
-        g_scales = torch.zeros_like(scales)
+        # the hand-written pinhole backward writes every Gaussian's gradient; Warp's adjoint adds to them
+        make = torch.empty_like if cams.pinhole_global else torch.zeros_like
+        g_means, g_quats, g_scales = make(means), make(quats), make(scales)
         g_sh = torch.zeros_like(sh)
         with launch_stream(device) as wdev:
             wp.launch_tiled(raster_bwd, dim=[c * tiles_x * tiles_y],
@@ -292,29 +292,37 @@ class _RenderCameras(torch.autograd.Function):
                                     wp_arg(grad_rgb, v3), wp_arg(grad_alpha), wp_arg(grad_depth)],
                             outputs=_flat((g_means2d, g_conics, g_colors, g_depths, g_opacities2d), dtype),
                             device=wdev, block_dim=kraster.TILE_PIXELS)
-            # Warp's adjoints replay their kernel's forward into scratch outputs (never read).
-            s_means2d, s_conics, s_depths, s_dirs, s_opacities2d, d_opacities, d_opacities2d, g_dirs = _split(
-                torch.empty, [(c, n, 2), (c, n, 3), (c, n), (c, n, 3), (c, n), (n,), (c, n), (c, n, 3)], dtype, device)
-            g_dirs.zero_()
+            g_dirs = torch.zeros(c, n, 3, dtype=dtype, device=device)
             if ctx.sh_degree < 0:
                 g_sh[:, 0, :] = g_colors.sum(0)
-            else:  # colours: Warp's adjoint of sh_colors gives the SH and view-direction gradients
+            else:  # colours: Warp's adjoint of sh_colors (it replays the forward into a scratch output)
                 wp.launch(sh_kernel, dim=(c, n), inputs=[wp_arg(sh), int(ctx.sh_degree), wp_arg(dirs, v3), wp_arg(radii)],
                           outputs=[wp_arg(torch.empty_like(g_colors), v3)],
                           adj_inputs=[wp_arg(g_sh), 0, wp_arg(g_dirs, v3), None], adj_outputs=[wp_arg(g_colors, v3)],
                           adjoint=True, device=wdev)
-            # Projection backward: Warp's adjoint of the projection kernel, fed the raster's and the
-            # colours' gradients. The opacities only set the splat's extent (piecewise constant), so
-            # their adjoint is discarded.
-            outputs = [wp_arg(s_means2d, v2), wp_arg(s_conics, v3), wp_arg(s_depths),
-                       wp_arg(torch.empty_like(radii)), wp_arg(s_dirs, v3), wp_arg(s_opacities2d)]
-            adj_inputs = [wp_arg(g_means, v3), wp_arg(g_quats, v4), wp_arg(g_scales, v3),
-                          wp_arg(d_opacities.zero_()), None, None, None, None, None, None, None, 0, 0,
-                          fwp(0.0), fwp(0.0)]
-            adj_outputs = [wp_arg(g_means2d, v2), wp_arg(g_conics, v3), wp_arg(g_depths), None, wp_arg(g_dirs, v3),
-                           wp_arg(d_opacities2d.zero_())]
-            wp.launch(project, dim=(c, n), inputs=ctx.project_inputs, outputs=outputs, adj_inputs=adj_inputs,
-                      adj_outputs=adj_outputs, adjoint=True, device=wdev)
+            if cams.pinhole_global:  # the hand-written projection backward
+                wp.launch(kproj.project_pinhole_backward_f32 if dtype == torch.float32 else
+                          kproj.project_pinhole_backward_f64, dim=n,
+                          inputs=[wp_arg(means, v3), wp_arg(quats, v4), wp_arg(scales, v3), wp_arg(cams.rot_start, v4),
+                                  wp_arg(cams.trans_start, v3), wp_arg(cams.params, wp_vector(16, dtype)), w, h,
+                                  wp_arg(radii), wp_arg(g_means2d, v2), wp_arg(g_conics, v3), wp_arg(g_depths),
+                                  wp_arg(g_dirs, v3)],
+                          outputs=[wp_arg(g_means, v3), wp_arg(g_quats, v4), wp_arg(g_scales, v3)], device=wdev)
+            else:
+                # Warp's adjoint of the projection kernel, fed the raster's and the colours' gradients;
+                # it replays the forward into scratch outputs (never read). The opacities only set the
+                # splat's extent (piecewise constant), so their adjoint is discarded.
+                s_means2d, s_conics, s_depths, s_dirs, s_opacities2d, d_opacities, d_opacities2d = _split(
+                    torch.empty, [(c, n, 2), (c, n, 3), (c, n), (c, n, 3), (c, n), (n,), (c, n)], dtype, device)
+                outputs = [wp_arg(s_means2d, v2), wp_arg(s_conics, v3), wp_arg(s_depths),
+                           wp_arg(torch.empty_like(radii)), wp_arg(s_dirs, v3), wp_arg(s_opacities2d)]
+                adj_inputs = [wp_arg(g_means, v3), wp_arg(g_quats, v4), wp_arg(g_scales, v3),
+                              wp_arg(d_opacities.zero_()), None, None, None, None, None, None, None, 0, 0,
+                              fwp(0.0), fwp(0.0)]
+                adj_outputs = [wp_arg(g_means2d, v2), wp_arg(g_conics, v3), wp_arg(g_depths), None,
+                               wp_arg(g_dirs, v3), wp_arg(d_opacities2d.zero_())]
+                wp.launch(project, dim=(c, n), inputs=ctx.project_inputs, outputs=outputs, adj_inputs=adj_inputs,
+                          adj_outputs=adj_outputs, adjoint=True, device=wdev)
         grad_background = (grad_rgb * (1.0 - alpha)[..., None]).sum(dim=(1, 2))
         g_opacities = g_opacities2d.sum(0)
         return g_means, g_quats, g_scales, g_opacities, g_sh, grad_background, None, None, None

@@ -131,8 +131,11 @@ def pinhole_cameras(dtype) -> CameraBatch:
 @pytest.mark.parametrize("dtype, rtol", [(torch.float32, 1e-4), (torch.float64, 1e-10)])
 def test_pinhole_global_kernel_matches_twin_and_generic_kernel(dtype, rtol):
     params = make_gaussians(300, dtype)
-    for p in params:
-        p.requires_grad_(True)
+    # and large splats centred beyond the view's margin, where the Jacobian is clamped
+    edge = make_gaussians(30, dtype, seed=7, spread=0.2)
+    edge[0] = edge[0] + torch.tensor([4.5, -2.0, 0.0], dtype=dtype)
+    edge[2] = edge[2] * 12
+    params = [torch.cat([a, b]).requires_grad_(True) for a, b in zip(params, edge)]
     cams = pinhole_cameras(dtype)
     generic = dataclasses.replace(cams, pinhole_global=False)
     bg = torch.tensor([0.1, 0.2, 0.3], dtype=dtype)
