@@ -75,9 +75,9 @@ def make_projection_kernel(float_t, pinhole_global: bool = False):
     model's and the rolling shutter's state.
     """
     # float64 and specialised kernels compile apart (warp_kernels.modules)
-    module = variant_module(__name__, float_t, "pinhole" if pinhole_global else "")
-    if pinhole_global:  # its backward is hand-written (make_pinhole_backward_kernel): no adjoints to compile
-        wp.set_module_options({"enable_backward": False}, module=module)
+    # the pinhole module's backward is hand-written (make_pinhole_backward_kernel): no adjoints to compile
+    module = (variant_module(__name__, float_t, "pinhole", enable_backward=False) if pinhole_global
+              else variant_module(__name__, float_t))
     vec2 = wp.types.vector(2, float_t)
     vec3 = wp.types.vector(3, float_t)
     vec16 = wp.types.vector(16, float_t)
@@ -416,7 +416,7 @@ def make_pinhole_backward_kernel(float_t):
     quaternion and the scales. Culled pairs (radius 0) carry no gradient. The torch twin and a
     float64 gradcheck test it.
     """
-    module = variant_module(__name__, float_t, "pinhole")
+    module = variant_module(__name__, float_t, "pinhole", enable_backward=False)
     vec2 = wp.types.vector(2, float_t)
     vec3 = wp.types.vector(3, float_t)
     vec4 = wp.types.vector(4, float_t)

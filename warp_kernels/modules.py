@@ -11,14 +11,14 @@ from __future__ import annotations
 import warp as wp
 
 
-def variant_module(name: str, float_t, variant: str = "") -> str | None:
+def variant_module(name: str, float_t, variant: str = "", **options) -> str | None:
     """The module for ``float_t`` kernels of module ``name``: None (the module itself) for float32,
     ``<name>_f64`` for float64; a named ``variant`` (a specialised kernel that should not make
     every user of ``name`` compile it) goes to ``<name>_<variant>`` and ``<name>_<variant>_f64``.
-    New modules get a copy of ``name``'s options."""
+    New modules get a copy of ``name``'s options, updated by ``options``."""
     parts = ([variant] if variant else []) + ([] if float_t == wp.float32 else ["f64"])
     if not parts:
         return None
     module = "_".join([name, *parts])
-    wp.set_module_options(dict(wp.get_module(name).options), module=module)
+    wp.set_module_options({**dict(wp.get_module(name).options), **options}, module=module)
     return module
