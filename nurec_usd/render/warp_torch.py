@@ -76,13 +76,28 @@ def wp_arg(t: torch.Tensor, dtype=None) -> _array_t:
     return arg
 
 
+_streams: dict[tuple[int, int], wp.Stream] = {}  # (device index, torch stream handle) -> its Warp stream
+
+
 @contextlib.contextmanager
 def launch_stream(device: torch.device) -> Iterator[wp.context.Device]:
-    """Launch Warp work on torch's current stream of ``device``; yields the Warp device."""
+    """Launch Warp work on torch's current stream of ``device``; yields the Warp device.
+
+    On CUDA, Warp's current stream of the device becomes torch's current stream and stays so
+    (all of this project's Warp work goes to torch's stream): a render enters this a few times,
+    and wrapping torch's stream and switching to it and back each time costs host time. A
+    change of torch's stream is followed, ordered after the previous stream's work.
+    """
     init_warp()
-    wdev = wp.device_from_torch(device)
-    if wdev.is_cuda:
-        with wp.ScopedStream(wp.stream_from_torch(device)):
-            yield wdev
-    else:
-        yield wdev
+    if device.type != "cuda":
+        yield wp.device_from_torch(device)
+        return
+    stream = torch.cuda.current_stream(device)
+    key = (stream.device.index, stream.cuda_stream)  # the default stream's handle is 0 on every device
+    warp_stream = _streams.get(key)
+    if warp_stream is None:
+        warp_stream = _streams[key] = wp.stream_from_torch(stream)
+    wdev = warp_stream.device
+    if wdev.stream is not warp_stream:
+        wdev.set_stream(warp_stream, sync=True)
+    yield wdev  # every launch names its device
