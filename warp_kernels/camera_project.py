@@ -5,7 +5,9 @@ One thread per (camera, Gaussian). Every camera model of the capture format (pin
 OpenCV radial-tangential, OpenCV fisheye, f-theta) and rolling shutter are handled in
 the same kernel, selected per camera by a model id, so a whole rig projects in one
 launch. The kernel has no loops whose trip count is only known at run time, so Warp's
-generated adjoint is its backward (``wp.launch(..., adjoint=True)``).
+generated adjoint is its backward (``wp.launch(..., adjoint=True)``); launches whose cameras
+are all pinhole with a global shutter use a kernel specialised for them and a hand-written
+backward (``make_pinhole_backward_kernel``).
 
 Camera parameters travel as one ``vec16`` per camera (see ``CAMERA_PARAM_LAYOUT``);
 poses as (quaternion, translation) of ``T_camera_world`` at the start and at the end of
@@ -393,10 +395,6 @@ def make_sh_kernel(float_t):
     return sh_colors
 
 
-project_gaussians_f32 = make_projection_kernel(wp.float32)
-project_gaussians_f64 = make_projection_kernel(wp.float64)
-project_pinhole_global_f32 = make_projection_kernel(wp.float32, pinhole_global=True)
-project_pinhole_global_f64 = make_projection_kernel(wp.float64, pinhole_global=True)
 def make_pinhole_backward_kernel(float_t):
     """Hand-written backward of ``project_gaussians`` for all-pinhole, global-shutter launches.
 
@@ -557,6 +555,10 @@ def make_pinhole_backward_kernel(float_t):
     return project_pinhole_backward
 
 
+project_gaussians_f32 = make_projection_kernel(wp.float32)
+project_gaussians_f64 = make_projection_kernel(wp.float64)
+project_pinhole_global_f32 = make_projection_kernel(wp.float32, pinhole_global=True)
+project_pinhole_global_f64 = make_projection_kernel(wp.float64, pinhole_global=True)
 sh_colors_f32 = make_sh_kernel(wp.float32)
 sh_colors_f64 = make_sh_kernel(wp.float64)
 project_pinhole_backward_f32 = make_pinhole_backward_kernel(wp.float32)
