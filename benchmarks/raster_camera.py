@@ -89,9 +89,11 @@ def tune(args, device: torch.device) -> None:
         params = [means, quats, scales, opacities, colors]
         leaves = [p.clone().requires_grad_(True) for p in params]
         settings = RenderSettings(capacity=int(int(render_cameras(*params, cams).intersections) * 1.2))
-        default = (kraster.rasterize_forward_f32, kraster.rasterize_backward_f32)
+        names = ("rasterize_forward_f32", "rasterize_backward_f32", "rasterize_backward_nodepth_f32")
+        default = tuple(getattr(kraster, name) for name in names)
         for lb in variants:
-            kraster.rasterize_forward_f32, kraster.rasterize_backward_f32 = default if lb is None else built[lb]
+            for name, kernel in zip(names, default if lb is None else built[lb]):
+                setattr(kraster, name, kernel)
 
             def fwd_bwd():
                 o = render_cameras(*leaves, cams, settings=settings)
@@ -100,7 +102,8 @@ def tune(args, device: torch.device) -> None:
             f = median_ms(lambda: render_cameras(*params, cams, settings=settings), device, args.reps)
             fb = median_ms(fwd_bwd, device, args.reps)
             print(f"| {lb or 'default'} | {index} | {f:.2f} ms | {fb:.2f} ms |", flush=True)
-        kraster.rasterize_forward_f32, kraster.rasterize_backward_f32 = default
+        for name, kernel in zip(names, default):
+            setattr(kraster, name, kernel)
 
 
 def main() -> None:

@@ -123,122 +123,135 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds=None):
             out_depth[c, py, px] = depth
             out_last[c, py, px] = last
 
-    @wp.kernel(module=module, launch_bounds=launch_bounds)
-    def rasterize_backward(
-        ranges: wp.array2d(dtype=wp.int32),
-        flat_ids: wp.array(dtype=wp.int32),
-        means2d: wp.array(dtype=vec2),
-        conics: wp.array(dtype=vec3),
-        colors: wp.array(dtype=vec3),
-        depths: wp.array(dtype=float_t),
-        opacities: wp.array(dtype=float_t),
-        background: wp.array(dtype=vec3),
-        tiles_x: int,
-        tiles_per_cam: int,
-        width: int,
-        height: int,
-        out_alpha: wp.array3d(dtype=float_t),  # [C, H, W] from the forward
-        out_last: wp.array3d(dtype=wp.int32),  # [C, H, W] from the forward
-        grad_rgb: wp.array3d(dtype=vec3),  # [C, H, W] dL/d out_rgb
-        grad_alpha: wp.array3d(dtype=float_t),  # [C, H, W]
-        grad_depth: wp.array3d(dtype=float_t),  # [C, H, W]
-        # accumulated outputs (zero-initialised), [C * N]
-        grad_means2d: wp.array(dtype=vec2),
-        grad_conics: wp.array(dtype=vec3),
-        grad_colors: wp.array(dtype=vec3),
-        grad_depths: wp.array(dtype=float_t),
-        grad_opacities: wp.array(dtype=float_t),
-    ):
-        tile, lane = wp.tid()
-        c, px, py = pixel_of(tile, lane, tiles_x, tiles_per_cam)
-        inside = px < width and py < height
-        start = ranges[tile, 0]
-        last = start
-        T_final = float_t(1.0)
-        g_rgb = vec3()
-        g_alpha = float_t(0.0)
-        g_depth = float_t(0.0)
-        if inside:
-            last = out_last[c, py, px]
-            T_final = float_t(1.0) - out_alpha[c, py, px]
-            g_rgb = grad_rgb[c, py, px]
-            g_alpha = grad_alpha[c, py, px]
-            g_depth = grad_depth[c, py, px]
-        fx = float_t(px)
-        fy = float_t(py)
-        T = T_final
-        behind_rgb = background[c] * T_final  # colour of everything behind the current Gaussian
-        behind_depth = float_t(0.0)
-        lane32 = lane_id()
-        end = wp.tile_max(wp.tile(last))[0]  # the block walks back from its furthest pixel
-        warp_last = warp_max_i32(last)  # ... and each CUDA warp from its own furthest pixel
-        for b in range((end - start + BATCH - 1) // BATCH):
-            batch_end = end - b * BATCH
-            base = wp.max(start, batch_end - BATCH)
-            ids = wp.tile_load(flat_ids, shape=BATCH, offset=base, storage="shared")
-            t_mean = wp.tile_load_indexed(means2d, indices=ids, shape=(BATCH,), axis=0, storage="shared")
-            t_conic = wp.tile_load_indexed(conics, indices=ids, shape=(BATCH,), axis=0, storage="shared")
-            t_opacity = wp.tile_load_indexed(opacities, indices=ids, shape=(BATCH,), axis=0, storage="shared")
-            t_color = wp.tile_load_indexed(colors, indices=ids, shape=(BATCH,), axis=0, storage="shared")
-            t_depth = wp.tile_load_indexed(depths, indices=ids, shape=(BATCH,), axis=0, storage="shared")
-            count = batch_end - base
-            # entries at or past warp_last are beyond every pixel of the warp: skipped whole
-            for kk in range(wp.clamp(batch_end - warp_last, 0, count), count):
-                k = count - 1 - kk
-                j = base + k
-                active = 0
-                d_mean = vec2()
-                d_conic = vec3()
-                d_color = vec3()
-                d_depth = float_t(0.0)
-                d_opacity = float_t(0.0)
-                if j < last:
-                    m = wp.tile_extract(t_mean, k)
-                    q = wp.tile_extract(t_conic, k)
-                    dx = m[0] - fx
-                    dy = m[1] - fy
-                    sigma = float_t(0.5) * (q[0] * dx * dx + q[2] * dy * dy) + q[1] * dx * dy
-                    op = wp.tile_extract(t_opacity, k)
-                    g = wp.exp(-sigma)
-                    raw = op * g
-                    alpha = wp.min(float_t(ALPHA_MAX), raw)
-                    if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
-                        active = 1
-                        one_minus = float_t(1.0) - alpha
-                        T = T / one_minus  # transmittance in front of this Gaussian
-                        w = alpha * T
-                        col = wp.tile_extract(t_color, k)
-                        dep = wp.tile_extract(t_depth, k)
-                        d_color = g_rgb * w
-                        d_depth = g_depth * w
-                        d_a = (wp.dot(g_rgb, col * T - behind_rgb / one_minus)
-                               + g_depth * (dep * T - behind_depth / one_minus)
-                               + g_alpha * T_final / one_minus)
-                        behind_rgb += col * w
-                        behind_depth += dep * w
-                        if raw < float_t(ALPHA_MAX):
-                            d_opacity = d_a * g
-                            d_sigma = -d_a * alpha
-                            d_conic = vec3(float_t(0.5) * dx * dx * d_sigma, dx * dy * d_sigma,
-                                           float_t(0.5) * dy * dy * d_sigma)
-                            d_mean = vec2((q[0] * dx + q[1] * dy) * d_sigma, (q[1] * dx + q[2] * dy) * d_sigma)
-                if warp_any(active) != 0:
-                    d_mean = vec2(warp_sum(d_mean[0]), warp_sum(d_mean[1]))
-                    d_conic = vec3(warp_sum(d_conic[0]), warp_sum(d_conic[1]), warp_sum(d_conic[2]))
-                    d_color = vec3(warp_sum(d_color[0]), warp_sum(d_color[1]), warp_sum(d_color[2]))
-                    d_depth = warp_sum(d_depth)
-                    d_opacity = warp_sum(d_opacity)
-                    # lane 0 holds the warp's sums on CUDA; on the CPU every thread is its own lane 0
-                    if lane32 == 0:
-                        f = wp.tile_extract(ids, k)
-                        wp.atomic_add(grad_means2d, f, d_mean)
-                        wp.atomic_add(grad_conics, f, d_conic)
-                        wp.atomic_add(grad_colors, f, d_color)
-                        wp.atomic_add(grad_depths, f, d_depth)
-                        wp.atomic_add(grad_opacities, f, d_opacity)
+    def make_backward(depth_grad: bool):
+        """The backward; without ``depth_grad`` it leaves out the depth image's gradient (the
+        depths' loads, sums and atomics), for losses that do not use the depth."""
 
-    return rasterize_forward, rasterize_backward
+        @wp.kernel(module=module, launch_bounds=launch_bounds)
+        def rasterize_backward(
+            ranges: wp.array2d(dtype=wp.int32),
+            flat_ids: wp.array(dtype=wp.int32),
+            means2d: wp.array(dtype=vec2),
+            conics: wp.array(dtype=vec3),
+            colors: wp.array(dtype=vec3),
+            depths: wp.array(dtype=float_t),
+            opacities: wp.array(dtype=float_t),
+            background: wp.array(dtype=vec3),
+            tiles_x: int,
+            tiles_per_cam: int,
+            width: int,
+            height: int,
+            out_alpha: wp.array3d(dtype=float_t),  # [C, H, W] from the forward
+            out_last: wp.array3d(dtype=wp.int32),  # [C, H, W] from the forward
+            grad_rgb: wp.array3d(dtype=vec3),  # [C, H, W] dL/d out_rgb
+            grad_alpha: wp.array3d(dtype=float_t),  # [C, H, W]
+            grad_depth: wp.array3d(dtype=float_t),  # [C, H, W]
+            # accumulated outputs (zero-initialised), [C * N]
+            grad_means2d: wp.array(dtype=vec2),
+            grad_conics: wp.array(dtype=vec3),
+            grad_colors: wp.array(dtype=vec3),
+            grad_depths: wp.array(dtype=float_t),
+            grad_opacities: wp.array(dtype=float_t),
+        ):
+            tile, lane = wp.tid()
+            c, px, py = pixel_of(tile, lane, tiles_x, tiles_per_cam)
+            inside = px < width and py < height
+            start = ranges[tile, 0]
+            last = start
+            T_final = float_t(1.0)
+            g_rgb = vec3()
+            g_alpha = float_t(0.0)
+            g_depth = float_t(0.0)
+            if inside:
+                last = out_last[c, py, px]
+                T_final = float_t(1.0) - out_alpha[c, py, px]
+                g_rgb = grad_rgb[c, py, px]
+                g_alpha = grad_alpha[c, py, px]
+                if wp.static(depth_grad):
+                    g_depth = grad_depth[c, py, px]
+            fx = float_t(px)
+            fy = float_t(py)
+            T = T_final
+            behind_rgb = background[c] * T_final  # colour of everything behind the current Gaussian
+            behind_depth = float_t(0.0)
+            lane32 = lane_id()
+            end = wp.tile_max(wp.tile(last))[0]  # the block walks back from its furthest pixel
+            warp_last = warp_max_i32(last)  # ... and each CUDA warp from its own furthest pixel
+            for b in range((end - start + BATCH - 1) // BATCH):
+                batch_end = end - b * BATCH
+                base = wp.max(start, batch_end - BATCH)
+                ids = wp.tile_load(flat_ids, shape=BATCH, offset=base, storage="shared")
+                t_mean = wp.tile_load_indexed(means2d, indices=ids, shape=(BATCH,), axis=0, storage="shared")
+                t_conic = wp.tile_load_indexed(conics, indices=ids, shape=(BATCH,), axis=0, storage="shared")
+                t_opacity = wp.tile_load_indexed(opacities, indices=ids, shape=(BATCH,), axis=0, storage="shared")
+                t_color = wp.tile_load_indexed(colors, indices=ids, shape=(BATCH,), axis=0, storage="shared")
+                if wp.static(depth_grad):
+                    t_depth = wp.tile_load_indexed(depths, indices=ids, shape=(BATCH,), axis=0, storage="shared")
+                count = batch_end - base
+                # entries at or past warp_last are beyond every pixel of the warp: skipped whole
+                for kk in range(wp.clamp(batch_end - warp_last, 0, count), count):
+                    k = count - 1 - kk
+                    j = base + k
+                    active = 0
+                    d_mean = vec2()
+                    d_conic = vec3()
+                    d_color = vec3()
+                    d_depth = float_t(0.0)
+                    d_opacity = float_t(0.0)
+                    if j < last:
+                        m = wp.tile_extract(t_mean, k)
+                        q = wp.tile_extract(t_conic, k)
+                        dx = m[0] - fx
+                        dy = m[1] - fy
+                        sigma = float_t(0.5) * (q[0] * dx * dx + q[2] * dy * dy) + q[1] * dx * dy
+                        op = wp.tile_extract(t_opacity, k)
+                        g = wp.exp(-sigma)
+                        raw = op * g
+                        alpha = wp.min(float_t(ALPHA_MAX), raw)
+                        if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
+                            active = 1
+                            ra = float_t(1.0) / (float_t(1.0) - alpha)
+                            T = T * ra  # transmittance in front of this Gaussian
+                            w = alpha * T
+                            col = wp.tile_extract(t_color, k)
+                            d_color = g_rgb * w
+                            d_a = wp.dot(g_rgb, col * T - behind_rgb * ra) + g_alpha * T_final * ra
+                            behind_rgb += col * w
+                            if wp.static(depth_grad):
+                                dep = wp.tile_extract(t_depth, k)
+                                d_depth = g_depth * w
+                                d_a += g_depth * (dep * T - behind_depth * ra)
+                                behind_depth += dep * w
+                            if raw < float_t(ALPHA_MAX):
+                                d_opacity = d_a * g
+                                d_sigma = -d_a * alpha
+                                d_conic = vec3(float_t(0.5) * dx * dx * d_sigma, dx * dy * d_sigma,
+                                               float_t(0.5) * dy * dy * d_sigma)
+                                d_mean = vec2((q[0] * dx + q[1] * dy) * d_sigma, (q[1] * dx + q[2] * dy) * d_sigma)
+                    if warp_any(active) != 0:
+                        d_mean = vec2(warp_sum(d_mean[0]), warp_sum(d_mean[1]))
+                        d_conic = vec3(warp_sum(d_conic[0]), warp_sum(d_conic[1]), warp_sum(d_conic[2]))
+                        d_color = vec3(warp_sum(d_color[0]), warp_sum(d_color[1]), warp_sum(d_color[2]))
+                        if wp.static(depth_grad):
+                            d_depth = warp_sum(d_depth)
+                        d_opacity = warp_sum(d_opacity)
+                        # lane 0 holds the warp's sums on CUDA; on the CPU every thread is its own lane 0
+                        if lane32 == 0:
+                            f = wp.tile_extract(ids, k)
+                            wp.atomic_add(grad_means2d, f, d_mean)
+                            wp.atomic_add(grad_conics, f, d_conic)
+                            wp.atomic_add(grad_colors, f, d_color)
+                            if wp.static(depth_grad):
+                                wp.atomic_add(grad_depths, f, d_depth)
+                            wp.atomic_add(grad_opacities, f, d_opacity)
+
+        return rasterize_backward
+
+    return rasterize_forward, make_backward(True), make_backward(False)
 
 
-rasterize_forward_f32, rasterize_backward_f32 = make_raster_kernels(wp.float32, warp_sum_f32)
-rasterize_forward_f64, rasterize_backward_f64 = make_raster_kernels(wp.float64, warp_sum_f64)
+# the backward with and without the depth image's gradient
+rasterize_forward_f32, rasterize_backward_f32, rasterize_backward_nodepth_f32 = make_raster_kernels(
+    wp.float32, warp_sum_f32)
+rasterize_forward_f64, rasterize_backward_f64, rasterize_backward_nodepth_f64 = make_raster_kernels(
+    wp.float64, warp_sum_f64)

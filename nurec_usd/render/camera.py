@@ -152,11 +152,11 @@ def _kernels(dtype: torch.dtype, pinhole_global: bool = False):
     if dtype == torch.float32:
         project = kproj.project_pinhole_global_f32 if pinhole_global else kproj.project_gaussians_f32
         return (project, kproj.sh_colors_f32, kbin.count_tiles_f32, kbin.emit_keys_f32,
-                kraster.rasterize_forward_f32, kraster.rasterize_backward_f32)
+                kraster.rasterize_forward_f32, (kraster.rasterize_backward_f32, kraster.rasterize_backward_nodepth_f32))
     if dtype == torch.float64:
         project = kproj.project_pinhole_global_f64 if pinhole_global else kproj.project_gaussians_f64
         return (project, kproj.sh_colors_f64, kbin.count_tiles_f64, kbin.emit_keys_f64,
-                kraster.rasterize_forward_f64, kraster.rasterize_backward_f64)
+                kraster.rasterize_forward_f64, (kraster.rasterize_backward_f64, kraster.rasterize_backward_nodepth_f64))
     raise ValueError(f"Gaussians must be float32 or float64, got {dtype}")
 
 
@@ -254,6 +254,7 @@ class _RenderCameras(torch.autograd.Function):
         # cycle is freed only by the garbage collector, and GPU memory ran out first.
         ctx.project_inputs = project_inputs
         ctx.tiles = (tiles_x, tiles_y)
+        ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None, not zeros
         ctx.mark_non_differentiable(means2d, radii, total)
         overflow = total > capacity
         ctx.mark_non_differentiable(overflow)
@@ -265,7 +266,9 @@ class _RenderCameras(torch.autograd.Function):
          alpha, last, dirs) = ctx.saved_tensors
         cams = ctx.cams
         dtype, device = means.dtype, means.device
-        project, sh_kernel, _, _, _, raster_bwd = _kernels(dtype, cams.pinhole_global)
+        project, sh_kernel, _, _, _, (raster_bwd, raster_bwd_nodepth) = _kernels(dtype, cams.pinhole_global)
+        if grad_depth is None:  # the loss does not use the depth image: a backward without it
+            raster_bwd = raster_bwd_nodepth
         c, n = len(cams), means.shape[0]
         w, h = cams.width, cams.height
         tiles_x, tiles_y = ctx.tiles

@@ -102,6 +102,35 @@ def test_backward_matches_twin(dtype, rtol):
         assert err < rtol, f"{name}: relative gradient error {err:.2e} >= {rtol:.0e}"
 
 
+@pytest.mark.parametrize("dtype, rtol", [(torch.float32, 1e-4), (torch.float64, 1e-10)])
+def test_backward_without_depth_matches_twin(dtype, rtol):
+    """A loss without the depth image takes the backward that leaves the depth out."""
+    params = [p.requires_grad_(True) for p in make_gaussians(300, dtype, seed=8)]
+    cams = make_cameras(dtype)
+    ours, ref = _render_both(params, cams, 3, torch.tensor([0.1, 0.2, 0.3], dtype=dtype))
+    g = torch.Generator().manual_seed(9)
+    w_rgb = torch.randn(ours.rgb.shape, generator=g).to(dtype)
+    w_alpha = torch.randn(ours.alpha.shape, generator=g).to(dtype)
+    grads = torch.autograd.grad((ours.rgb * w_rgb).sum() + (ours.alpha * w_alpha).sum(), params)
+    grads_ref = torch.autograd.grad((ref[0] * w_rgb).sum() + (ref[1] * w_alpha).sum(), params)
+    for name, a, b in zip(["means", "quats", "scales", "opacities", "sh"], grads, grads_ref):
+        assert b.abs().sum() > 0, name
+        assert ((a - b).norm() / b.norm()).item() < rtol, name
+
+
+def test_gradcheck_float64_without_depth():
+    params = make_gaussians(6, torch.float64, sh_dim=4, seed=10, spread=0.4)
+    params[2] = params[2] * 3
+    cams = make_cameras(torch.float64)
+    w = torch.randn(4, H, W, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(11))
+
+    def f(means, quats, scales, opacities, sh):
+        return (render_cameras(means, quats, scales, opacities, sh, cams, sh_degree=1).rgb * w).sum(dim=(1, 2, 3))
+
+    inputs = [p.clone().requires_grad_(True) for p in params]
+    assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
 def test_gradcheck_float64():
     """Finite differences of the Warp renderer itself, every model and a rolling shutter."""
     params = make_gaussians(6, torch.float64, sh_dim=4, seed=3, spread=0.4)
