@@ -52,9 +52,9 @@ def _lanes_and_bytes(dtype) -> tuple[int, int]:
 def wp_arg(t: torch.Tensor, dtype=None) -> _array_t:
     """A kernel-argument descriptor of a contiguous tensor, for ``wp.launch`` inputs and outputs only.
 
-    ``wp.launch`` takes a descriptor verbatim, without building a ``wp.array`` (about 10 us of
-    host time each): a render passes some 50 arrays, and at 1M Gaussians that host time was a
-    large part of the measured time. ``dtype`` folds the last dim into a vector type as in ``to_wp``;
+    ``wp.launch`` takes a descriptor verbatim, without building a ``wp.array`` (4 us against
+    15 us of host time on a CI-like CPU): a render passes some 50 arrays, and small renders
+    are bound by their host time (``benchmarks/host_profile.py``). ``dtype`` folds the last dim into a vector type as in ``to_wp``;
     the scalar size is checked, the kernel's declared dtype is not (the twin tests cover every launch).
     """
     if not t.is_contiguous():
