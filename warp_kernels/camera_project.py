@@ -15,6 +15,8 @@ the rolling-shutter readout. Quaternions arrive as ``vec4`` in the project's (w,
 order and become Warp's (x, y, z, w) ``quat`` here, at the kernel boundary.
 """
 
+import functools
+
 import warp as wp
 
 from warp_kernels.compositing import ALPHA_MIN
@@ -67,6 +69,24 @@ SH_C3_5 = 1.445305721320277
 SH_C3_6 = -0.5900435899266435
 
 
+@functools.lru_cache(maxsize=None)
+def make_view_bounds(float_t):
+    """``view_bounds`` for one float type, shared by the projection and the pinhole backward
+    (both must clamp at the same place)."""
+    vec16 = wp.types.vector(16, float_t)
+
+    @wp.func
+    def view_bounds(k: vec16, width: int, height: int):
+        """Normalised x and y ranges (x_lo, x_hi, y_lo, y_hi) of the image plus FRUSTUM_MARGIN of its
+        size on each side: the perspective Jacobian is taken at the point clamped to them."""
+        mx = float_t(FRUSTUM_MARGIN) * float_t(width)
+        my = float_t(FRUSTUM_MARGIN) * float_t(height)
+        return ((float_t(-0.5) - mx - k[2]) / k[0], (float_t(width) - float_t(0.5) + mx - k[2]) / k[0],
+                (float_t(-0.5) - my - k[3]) / k[1], (float_t(height) - float_t(0.5) + my - k[3]) / k[1])
+
+    return view_bounds
+
+
 def make_projection_kernel(float_t, pinhole_global: bool = False):
     """The projection kernel for one float type (``wp.float32`` for speed, ``wp.float64`` for gradcheck).
 
@@ -88,6 +108,7 @@ def make_projection_kernel(float_t, pinhole_global: bool = False):
     vec4 = wp.types.vector(4, float_t)
 
     to_quat, pose_at = make_pose_funcs(float_t)
+    view_bounds = make_view_bounds(float_t)
 
     @wp.func(module=module)
     def project_radial_angle(p: vec3, fx: float_t, fy: float_t, cx: float_t, cy: float_t, f: float_t,
@@ -156,24 +177,17 @@ def make_projection_kernel(float_t, pinhole_global: bool = False):
         """The perspective division of the pinhole and OpenCV models: the normalised point
         (xn, yn); the point clamped to near the view (xj, yj), where the Jacobian is taken;
         d(normalised)/dp there; and whether p lies beyond the near plane."""
-        x = p[0]
-        y = p[1]
         z = p[2]
-        fx = k[0]
-        fy = k[1]
-        cx = k[2]
-        cy = k[3]
         ok = True
         if z <= near:
             ok = False
             z = near  # keep the maths finite; the result is discarded
         iz = float_t(1.0) / z
-        mx = float_t(FRUSTUM_MARGIN) * float_t(width)
-        my = float_t(FRUSTUM_MARGIN) * float_t(height)
-        xj = wp.clamp(x * iz, (float_t(-0.5) - mx - cx) / fx, (float_t(width) - float_t(0.5) + mx - cx) / fx)
-        yj = wp.clamp(y * iz, (float_t(-0.5) - my - cy) / fy, (float_t(height) - float_t(0.5) + my - cy) / fy)
+        x_lo, x_hi, y_lo, y_hi = view_bounds(k, width, height)
+        xj = wp.clamp(p[0] * iz, x_lo, x_hi)
+        yj = wp.clamp(p[1] * iz, y_lo, y_hi)
         P = mat23(iz, float_t(0.0), -xj * iz, float_t(0.0), iz, -yj * iz)
-        return x * iz, y * iz, xj, yj, P, ok
+        return p[0] * iz, p[1] * iz, xj, yj, P, ok
 
     @wp.func(module=module)
     def project_pinhole(k: vec16, p: vec3, near: float_t, width: int, height: int):
@@ -423,6 +437,7 @@ def make_pinhole_backward_kernel(float_t):
     mat23 = wp.types.matrix((2, 3), float_t)
     mat33 = wp.types.matrix((3, 3), float_t)
     to_quat, _ = make_pose_funcs(float_t)
+    view_bounds = make_view_bounds(float_t)
     two = float_t(2.0)
 
     @wp.func(module=module)
@@ -496,12 +511,7 @@ def make_pinhole_backward_kernel(float_t):
             p = Rc * m + tc
             iz = float_t(1.0) / p[2]
             # the clamp of ``perspective``: the Jacobian is taken at the clamped point
-            mx = float_t(FRUSTUM_MARGIN) * float_t(width)
-            my = float_t(FRUSTUM_MARGIN) * float_t(height)
-            lox = (float_t(-0.5) - mx - k[2]) / fx
-            hix = (float_t(width) - float_t(0.5) + mx - k[2]) / fx
-            loy = (float_t(-0.5) - my - k[3]) / fy
-            hiy = (float_t(height) - float_t(0.5) + my - k[3]) / fy
+            lox, hix, loy, hiy = view_bounds(k, width, height)
             xr = p[0] * iz
             yr = p[1] * iz
             xj = wp.clamp(xr, lox, hix)
