@@ -326,7 +326,9 @@ class _RenderCameras(torch.autograd.Function):
                                wp_arg(g_dirs, v3), wp_arg(d_opacities2d.zero_())]
                 wp.launch(project, dim=(c, n), inputs=ctx.project_inputs, outputs=outputs, adj_inputs=adj_inputs,
                           adj_outputs=adj_outputs, adjoint=True, device=wdev)
-        grad_background = (grad_rgb * (1.0 - alpha)[..., None]).sum(dim=(1, 2))
+        grad_background = None  # a training step's background is a constant: no image-sized sum for it
+        if ctx.needs_input_grad[5]:
+            grad_background = (grad_rgb * (1.0 - alpha)[..., None]).sum(dim=(1, 2))
         g_opacities = g_opacities2d.sum(0)
         return g_means, g_quats, g_scales, g_opacities, g_sh, grad_background, None, None, None
 

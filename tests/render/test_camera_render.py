@@ -118,6 +118,18 @@ def test_backward_without_depth_matches_twin(dtype, rtol):
         assert ((a - b).norm() / b.norm()).item() < rtol, name
 
 
+def test_background_gradient_matches_twin_when_asked_for():
+    params = make_gaussians(100, torch.float64, seed=12)
+    cams = make_cameras(torch.float64)
+    bg = torch.tensor([[0.1, 0.2, 0.3]], dtype=torch.float64).repeat(4, 1).requires_grad_(True)
+    w = torch.randn(4, H, W, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(13))
+    (ours,) = torch.autograd.grad((render_cameras(*params, cams, sh_degree=3, background=bg).rgb * w).sum(), bg)
+    rgb = render_cameras_reference(*params, cams, sh_degree=3, background=bg)[0]
+    (ref,) = torch.autograd.grad((rgb * w).sum(), bg)
+    assert ref.abs().sum() > 0
+    torch.testing.assert_close(ours, ref, atol=1e-10, rtol=1e-10)
+
+
 def test_gradcheck_float64_without_depth():
     params = make_gaussians(6, torch.float64, sh_dim=4, seed=10, spread=0.4)
     params[2] = params[2] * 3
