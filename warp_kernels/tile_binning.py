@@ -175,7 +175,8 @@ count_tiles_f64, emit_keys_f64 = make_binning_kernels(wp.float64)
 
 @wp.kernel
 def pad_keys(keys: wp.array(dtype=wp.int64), start: wp.array(dtype=wp.int32), capacity: int):
-    """Fill keys[start:capacity] with KEY_PAD so that a fixed-size sort leaves them last."""
+    """Fill keys[start:capacity] with KEY_PAD so that a fixed-size sort leaves them last
+    (nothing when start, the intersections wanted, is past the capacity)."""
     k = wp.tid()
     if k >= start[0] and k < capacity:
         keys[k] = KEY_PAD
@@ -184,11 +185,15 @@ def pad_keys(keys: wp.array(dtype=wp.int64), start: wp.array(dtype=wp.int32), ca
 @wp.kernel
 def tile_ranges(
     keys: wp.array(dtype=wp.int64),  # [M] sorted
-    count: wp.array(dtype=wp.int32),  # [1] number of valid keys (clamped to M)
+    total: wp.array(dtype=wp.int32),  # [1] intersections wanted (the valid keys: at most the capacity M)
+    capacity: int,  # M
     ranges: wp.array2d(dtype=wp.int32),  # [num_tiles + 1, 2] out, zero-initialised: [start, end); the last row is the dead tile
+    overflow: wp.array(dtype=wp.bool),  # [1] out: more intersections wanted than the capacity
 ):
     k = wp.tid()
-    n = count[0]
+    n = wp.min(total[0], capacity)
+    if k == 0:
+        overflow[0] = total[0] > capacity
     if k >= n:
         return
     tile = int(keys[k] >> wp.int64(32))

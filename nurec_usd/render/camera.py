@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import warp as wp
 
-from nurec_usd.render.warp_torch import launch_stream, to_wp, wp_arg, wp_vector
+from nurec_usd.render.warp_torch import launch, warp_device, warp_view
 from nurec_usd.sensors.se3 import matrix_to_quat
 from warp_kernels import camera_project as kproj
 from warp_kernels import camera_raster as kraster
@@ -160,21 +160,23 @@ def _kernels(dtype: torch.dtype, pinhole_global: bool = False):
     raise ValueError(f"Gaussians must be float32 or float64, got {dtype}")
 
 
-def _flat(tensors, dtype: torch.dtype) -> list:
-    """Per-(camera, Gaussian) tensors [C, N, (k)] as flat Warp arrays [C * N] of vec_k (or scalars)."""
-    out = []
-    for t in tensors:
-        out.append(wp_arg(t.view(-1, t.shape[-1]), wp_vector(t.shape[-1], dtype)) if t.dim() == 3 else wp_arg(t.view(-1)))
-    return out
-
-
-
 def _split(make, shapes: list[tuple], dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
     """Contiguous tensors of these shapes carved from one ``make`` (torch.zeros or torch.empty)
     allocation: one allocation and one fill instead of one each (a render makes dozens)."""
     sizes = [math.prod(shape) for shape in shapes]
     flat = make(sum(sizes), dtype=dtype, device=device)
     return [part.view(shape) for part, shape in zip(flat.split(sizes), shapes)]
+
+
+def _per_splat(tensors: tuple) -> list[torch.Tensor]:
+    """Per-(camera, Gaussian) tensors [C, N, (k)] as the rasterizers read them: [C * N, (k)]."""
+    return [t.view(-1, t.shape[-1]) if t.dim() == 3 else t.view(-1) for t in tensors]
+
+
+def _camera_inputs(means, quats, scales, opacities, cams: CameraBatch, settings: RenderSettings) -> list:
+    """The projection kernels' inputs (the forward's, which their adjoints take again)."""
+    return [means, quats, scales, opacities, cams.rot_start, cams.trans_start, cams.rot_end, cams.trans_end,
+            cams.model, cams.params, cams.shutter, cams.width, cams.height, float(settings.near), float(settings.far)]
 
 
 class _RenderCameras(torch.autograd.Function):
@@ -187,36 +189,24 @@ class _RenderCameras(torch.autograd.Function):
         w, h = cams.width, cams.height
         tiles_x, tiles_y = math.ceil(w / kbin.TILE_SIZE), math.ceil(h / kbin.TILE_SIZE)
         tiles = c * tiles_x * tiles_y
-        v2, v3, v4, v16 = wp_vector(2, dtype), wp_vector(3, dtype), wp_vector(4, dtype), wp_vector(16, dtype)
-        fwp = wp.float32 if dtype == torch.float32 else wp.float64
 
         means2d = torch.zeros(c, n, 2, dtype=dtype, device=device)  # returned: an allocation of its own
         radii = torch.zeros(c, n, dtype=torch.int32, device=device)
         conics, depths, dirs, opacities2d = _split(torch.zeros, [(c, n, 3), (c, n), (c, n, 3), (c, n)], dtype, device)
-        project_inputs = [
-            wp_arg(means, v3), wp_arg(quats, v4), wp_arg(scales, v3), wp_arg(opacities),
-            wp_arg(cams.rot_start, v4), wp_arg(cams.trans_start, v3), wp_arg(cams.rot_end, v4),
-            wp_arg(cams.trans_end, v3), wp_arg(cams.model), wp_arg(cams.params, v16), wp_arg(cams.shutter),
-            w, h, fwp(settings.near), fwp(settings.far)]
-        project_outputs = [wp_arg(means2d, v2), wp_arg(conics, v3), wp_arg(depths), wp_arg(radii), wp_arg(dirs, v3),
-                           wp_arg(opacities2d)]
         if sh_degree < 0:  # colours given: the same for every camera
             colors = sh[:, 0, :].expand(c, n, 3).contiguous()
         else:
             colors = torch.zeros(c, n, 3, dtype=dtype, device=device)
-            sh_inputs = [wp_arg(sh), int(sh_degree), wp_arg(dirs, v3), wp_arg(radii)]
-
-        counts = torch.empty(c * n, dtype=torch.int32, device=device)
-        offsets = torch.empty(c * n, dtype=torch.int32, device=device)
-        total = torch.zeros(1, dtype=torch.int32, device=device)
-        with launch_stream(device) as wdev:
-            wp.launch(project, dim=(c, n), inputs=project_inputs, outputs=project_outputs, device=wdev)
-            if sh_degree >= 0:
-                wp.launch(sh_kernel, dim=(c, n), inputs=sh_inputs, outputs=[wp_arg(colors, v3)], device=wdev)
-            splats = [project_outputs[0], project_outputs[1], project_outputs[5], project_outputs[3]]
-            wp.launch(count_tiles, dim=(c, n), inputs=[*splats, tiles_x, tiles_y], outputs=[wp_arg(counts)],
-                      device=wdev)
-            wp.utils.array_scan(to_wp(counts), to_wp(offsets), inclusive=False)
+        counts, offsets, total = _split(torch.empty, [(c * n,), (c * n,), (1,)], torch.int32, device)
+        total.zero_()
+        wdev = warp_device(device)
+        launch(project, (c, n), _camera_inputs(means, quats, scales, opacities, cams, settings),
+               [means2d, conics, depths, radii, dirs, opacities2d], device=wdev)
+        if sh_degree >= 0:
+            launch(sh_kernel, (c, n), [sh, int(sh_degree), dirs, radii], [colors], device=wdev)
+        launch(count_tiles, (c, n), [means2d, conics, opacities2d, radii, tiles_x, tiles_y], [counts],
+               device=wdev)
+        wp.utils.array_scan(warp_view(counts), warp_view(offsets), inclusive=False)
         capacity = settings.capacity
         if capacity is None:  # exact size: the one host synchronisation of this mode
             capacity = int(counts.sum().item()) if c * n else 0
@@ -224,108 +214,86 @@ class _RenderCameras(torch.autograd.Function):
         keys = torch.empty(2 * capacity, dtype=torch.int64, device=device)
         values = torch.empty(2 * capacity, dtype=torch.int32, device=device)
         ranges = torch.zeros(tiles + 1, 2, dtype=torch.int32, device=device)  # + the binning's dead tile
-        with launch_stream(device) as wdev:
-            wp.launch(emit_keys, dim=(c, n),
-                      inputs=[*splats, project_outputs[2], wp_arg(offsets),
-                              wp_arg(counts), tiles_x, tiles_y, capacity],
-                      outputs=[wp_arg(keys), wp_arg(values), wp_arg(total)], device=wdev)
-            valid = torch.clamp(total, max=capacity)
-            wp.launch(kbin.pad_keys, dim=capacity, inputs=[wp_arg(keys), wp_arg(valid), capacity], device=wdev)
-            tile_bits = max(1, int(tiles).bit_length())
-            wp.utils.radix_sort_pairs(to_wp(keys), to_wp(values), capacity, end_bit=32 + tile_bits)
-            wp.launch(kbin.tile_ranges, dim=capacity, inputs=[wp_arg(keys), wp_arg(valid)],
-                      outputs=[wp_arg(ranges)], device=wdev)
+        overflow = torch.empty(1, dtype=torch.bool, device=device)
+        launch(emit_keys, (c, n), [means2d, conics, opacities2d, radii, depths, offsets, counts, tiles_x, tiles_y,
+                                   capacity], [keys, values, total], device=wdev)
+        launch(kbin.pad_keys, capacity, [keys, total, capacity], device=wdev)
+        tile_bits = max(1, int(tiles).bit_length())
+        wp.utils.radix_sort_pairs(warp_view(keys), warp_view(values), capacity, end_bit=32 + tile_bits)
+        launch(kbin.tile_ranges, capacity, [keys, total, capacity], [ranges, overflow], device=wdev)
 
-            rgb = torch.empty(c, h, w, 3, dtype=dtype, device=device)
-            alpha = torch.empty(c, h, w, dtype=dtype, device=device)
-            depth = torch.empty(c, h, w, dtype=dtype, device=device)
-            last = torch.empty(c, h, w, dtype=torch.int32, device=device)
-            raster_inputs = [wp_arg(ranges), wp_arg(values), *_flat((means2d, conics, colors, depths, opacities2d), dtype),
-                             wp_arg(background, v3), tiles_x, tiles_x * tiles_y, w, h]
-            wp.launch_tiled(raster_fwd, dim=[tiles], inputs=raster_inputs,
-                            outputs=[wp_arg(rgb, v3), wp_arg(alpha), wp_arg(depth), wp_arg(last)], device=wdev,
-                            block_dim=kraster.TILE_PIXELS)
+        rgb = torch.empty(c, h, w, 3, dtype=dtype, device=device)
+        alpha = torch.empty(c, h, w, dtype=dtype, device=device)
+        depth = torch.empty(c, h, w, dtype=dtype, device=device)
+        last = torch.empty(c, h, w, dtype=torch.int32, device=device)
+        launch(raster_fwd, [tiles],
+               [ranges, values, *_per_splat((means2d, conics, colors, depths, opacities2d)), background, tiles_x,
+                tiles_x * tiles_y, w, h], [rgb, alpha, depth, last], device=wdev, block_dim=kraster.TILE_PIXELS,
+               tiled=True)
 
         ctx.save_for_backward(means, quats, scales, opacities, sh, background, means2d, conics, depths, radii,
                               colors, opacities2d, ranges, values, alpha, last, dirs)
+        # Never keep this function's outputs (or views of them) on ctx but through save_for_backward:
+        # an output -> ctx -> output cycle is freed only by the garbage collector, and GPU memory ran out first.
         ctx.cams, ctx.sh_degree, ctx.settings = cams, sh_degree, settings
-        # The projection's adjoint takes the same inputs: their descriptors are reused (host time).
-        # Never keep descriptors of this function's outputs on ctx: an output -> ctx -> output
-        # cycle is freed only by the garbage collector, and GPU memory ran out first.
-        ctx.project_inputs = project_inputs
         ctx.tiles = (tiles_x, tiles_y)
         ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None, not zeros
-        ctx.mark_non_differentiable(means2d, radii, total)
-        overflow = total > capacity
-        ctx.mark_non_differentiable(overflow)
+        ctx.mark_non_differentiable(means2d, radii, total, overflow)
         return rgb, alpha, depth, means2d, radii, total, overflow
 
     @staticmethod
     def backward(ctx, grad_rgb, grad_alpha, grad_depth, *_):
-        (means, quats, scales, _, sh, background, means2d, conics, depths, radii, colors, opacities2d, ranges, values,
-         alpha, last, dirs) = ctx.saved_tensors
+        (means, quats, scales, opacities, sh, background, means2d, conics, depths, radii, colors, opacities2d, ranges,
+         values, alpha, last, dirs) = ctx.saved_tensors
         cams = ctx.cams
         dtype, device = means.dtype, means.device
         project, sh_kernel, _, _, _, (raster_bwd, raster_bwd_nodepth) = _kernels(dtype, cams.pinhole_global)
-        if grad_depth is None:  # the loss does not use the depth image: a backward without it
-            raster_bwd = raster_bwd_nodepth
         c, n = len(cams), means.shape[0]
         w, h = cams.width, cams.height
         tiles_x, tiles_y = ctx.tiles
-        v2, v3, v4 = wp_vector(2, dtype), wp_vector(3, dtype), wp_vector(4, dtype)
-        fwp = wp.float32 if dtype == torch.float32 else wp.float64
 
         def grad_or_zeros(g, shape):
             return torch.zeros(shape, dtype=dtype, device=device) if g is None else g.contiguous()
 
         grad_rgb = grad_or_zeros(grad_rgb, (c, h, w, 3))
         grad_alpha = grad_or_zeros(grad_alpha, (c, h, w))
-        grad_depth = grad_or_zeros(grad_depth, (c, h, w))
+        if grad_depth is None:  # the loss does not use the depth image: a backward without it
+            raster_bwd, grad_depth = raster_bwd_nodepth, alpha  # (never read)
         g_means2d, g_conics, g_colors, g_depths, g_opacities2d = _split(
             torch.zeros, [(c, n, 2), (c, n, 3), (c, n, 3), (c, n), (c, n)], dtype, device)
         # the hand-written pinhole backward writes every Gaussian's gradient; Warp's adjoint adds to them
         make = torch.empty_like if cams.pinhole_global else torch.zeros_like
         g_means, g_quats, g_scales = make(means), make(quats), make(scales)
         g_sh = torch.zeros_like(sh)
-        with launch_stream(device) as wdev:
-            wp.launch_tiled(raster_bwd, dim=[c * tiles_x * tiles_y],
-                            inputs=[wp_arg(ranges), wp_arg(values),
-                                    *_flat((means2d, conics, colors, depths, opacities2d), dtype),
-                                    wp_arg(background, v3), tiles_x, tiles_x * tiles_y, w, h, wp_arg(alpha), wp_arg(last),
-                                    wp_arg(grad_rgb, v3), wp_arg(grad_alpha), wp_arg(grad_depth)],
-                            outputs=_flat((g_means2d, g_conics, g_colors, g_depths, g_opacities2d), dtype),
-                            device=wdev, block_dim=kraster.TILE_PIXELS)
-            g_dirs = torch.zeros(c, n, 3, dtype=dtype, device=device)
-            if ctx.sh_degree < 0:
-                g_sh[:, 0, :] = g_colors.sum(0)
-            else:  # colours: Warp's adjoint of sh_colors (it replays the forward into a scratch output)
-                wp.launch(sh_kernel, dim=(c, n), inputs=[wp_arg(sh), int(ctx.sh_degree), wp_arg(dirs, v3), wp_arg(radii)],
-                          outputs=[wp_arg(torch.empty_like(g_colors), v3)],
-                          adj_inputs=[wp_arg(g_sh), 0, wp_arg(g_dirs, v3), None], adj_outputs=[wp_arg(g_colors, v3)],
-                          adjoint=True, device=wdev)
-            if cams.pinhole_global:  # the hand-written projection backward
-                wp.launch(kproj.project_pinhole_backward_f32 if dtype == torch.float32 else
-                          kproj.project_pinhole_backward_f64, dim=n,
-                          inputs=[wp_arg(means, v3), wp_arg(quats, v4), wp_arg(scales, v3), wp_arg(cams.rot_start, v4),
-                                  wp_arg(cams.trans_start, v3), wp_arg(cams.params, wp_vector(16, dtype)), w, h,
-                                  wp_arg(radii), wp_arg(g_means2d, v2), wp_arg(g_conics, v3), wp_arg(g_depths),
-                                  wp_arg(g_dirs, v3)],
-                          outputs=[wp_arg(g_means, v3), wp_arg(g_quats, v4), wp_arg(g_scales, v3)], device=wdev)
-            else:
-                # Warp's adjoint of the projection kernel, fed the raster's and the colours' gradients;
-                # it replays the forward into scratch outputs (never read). The opacities only set the
-                # splat's extent (piecewise constant), so their adjoint is discarded.
-                s_means2d, s_conics, s_depths, s_dirs, s_opacities2d, d_opacities, d_opacities2d = _split(
-                    torch.empty, [(c, n, 2), (c, n, 3), (c, n), (c, n, 3), (c, n), (n,), (c, n)], dtype, device)
-                outputs = [wp_arg(s_means2d, v2), wp_arg(s_conics, v3), wp_arg(s_depths),
-                           wp_arg(torch.empty_like(radii)), wp_arg(s_dirs, v3), wp_arg(s_opacities2d)]
-                adj_inputs = [wp_arg(g_means, v3), wp_arg(g_quats, v4), wp_arg(g_scales, v3),
-                              wp_arg(d_opacities.zero_()), None, None, None, None, None, None, None, 0, 0,
-                              fwp(0.0), fwp(0.0)]
-                adj_outputs = [wp_arg(g_means2d, v2), wp_arg(g_conics, v3), wp_arg(g_depths), None,
-                               wp_arg(g_dirs, v3), wp_arg(d_opacities2d.zero_())]
-                wp.launch(project, dim=(c, n), inputs=ctx.project_inputs, outputs=outputs, adj_inputs=adj_inputs,
-                          adj_outputs=adj_outputs, adjoint=True, device=wdev)
+        wdev = warp_device(device)
+        launch(raster_bwd, [c * tiles_x * tiles_y],
+               [ranges, values, *_per_splat((means2d, conics, colors, depths, opacities2d)), background, tiles_x,
+                tiles_x * tiles_y, w, h, alpha, last, grad_rgb.contiguous(), grad_alpha, grad_depth.contiguous()],
+               _per_splat((g_means2d, g_conics, g_colors, g_depths, g_opacities2d)), device=wdev,
+               block_dim=kraster.TILE_PIXELS, tiled=True)
+        g_dirs = torch.zeros(c, n, 3, dtype=dtype, device=device)
+        if ctx.sh_degree < 0:
+            g_sh[:, 0, :] = g_colors.sum(0)
+        else:  # colours: Warp's adjoint of sh_colors (it replays the forward into a scratch output)
+            launch(sh_kernel, (c, n), [sh, int(ctx.sh_degree), dirs, radii], [torch.empty_like(g_colors)],
+                   adj_inputs=[g_sh, 0, g_dirs, None], adj_outputs=[g_colors], adjoint=True, device=wdev)
+        if cams.pinhole_global:  # the hand-written projection backward
+            launch(kproj.project_pinhole_backward_f32 if dtype == torch.float32 else
+                   kproj.project_pinhole_backward_f64, n,
+                   [means, quats, scales, cams.rot_start, cams.trans_start, cams.params, w, h, radii, g_means2d,
+                    g_conics, g_depths, g_dirs], [g_means, g_quats, g_scales], device=wdev)
+        else:
+            # Warp's adjoint of the projection kernel, fed the raster's and the colours' gradients;
+            # it replays the forward into scratch outputs (never read). The opacities only set the
+            # splat's extent (piecewise constant), so their adjoint is discarded.
+            s_means2d, s_conics, s_depths, s_dirs, s_opacities2d, d_opacities, d_opacities2d = _split(
+                torch.empty, [(c, n, 2), (c, n, 3), (c, n), (c, n, 3), (c, n), (n,), (c, n)], dtype, device)
+            adj_inputs = [g_means, g_quats, g_scales, d_opacities.zero_(), None, None, None, None, None, None,
+                          None, 0, 0, 0.0, 0.0]
+            adj_outputs = [g_means2d, g_conics, g_depths, None, g_dirs, d_opacities2d.zero_()]
+            launch(project, (c, n), _camera_inputs(means, quats, scales, opacities, cams, ctx.settings),
+                   [s_means2d, s_conics, s_depths, torch.empty_like(radii), s_dirs, s_opacities2d],
+                   adj_inputs=adj_inputs, adj_outputs=adj_outputs, adjoint=True, device=wdev)
         grad_background = None  # a training step's background is a constant: no image-sized sum for it
         if ctx.needs_input_grad[5]:
             grad_background = (grad_rgb * (1.0 - alpha)[..., None]).sum(dim=(1, 2))
@@ -372,7 +340,7 @@ def render_cameras(
     if background is None:
         background = torch.zeros(c, 3, dtype=dtype, device=means.device)
     background = background.to(dtype).expand(c, 3).contiguous()
-    cams = cameras.to(dtype)
+    cams = cameras if cameras.params.dtype == dtype else cameras.to(dtype)
     rgb, alpha, depth, means2d, radii, total, overflow = _RenderCameras.apply(
         means.contiguous(), quats.contiguous(), scales.contiguous(), opacities.contiguous(), sh.contiguous(),
         background, cams, degree, settings)

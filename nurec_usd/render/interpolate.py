@@ -203,7 +203,6 @@ def _shape(x: object) -> object:
 
 _kernels = None  # the module warp_kernels.interpolate, imported on first use
 _overloads: dict[tuple[str, torch.dtype], object] = {}  # (kernel name, dtype) -> concrete kernel
-_streams: dict[tuple[int, int], object] = {}  # (device index, CUDA stream handle) -> wp.Stream
 
 
 def _warp():
@@ -224,76 +223,26 @@ def _warp():
     return _kernels
 
 
-def _array_descriptor_type() -> type:
-    """Warp's array descriptor class, as ``wp.from_torch(..., return_ctype=True)`` returns it.
-
-    Building descriptors directly (data, grad, ndim, shape, strides: the arguments
-    ``from_torch`` itself passes) costs ~2.5 us each instead of ~6; a launch takes 13 of them.
-    A test checks that both ways give the same descriptor.
-    """
-    global _descriptor_type
-    if _descriptor_type is None:
-        import warp as wp
-
-        probe = wp.from_torch(torch.zeros(1), requires_grad=False, return_ctype=True)
-        _descriptor_type = type(probe)
-    return _descriptor_type
-
-
-_descriptor_type = None
-
-
-class _Launcher:
-    """Wraps tensors as Warp array descriptors (zero-copy) and launches on torch's current stream.
+def _launch(name: str, dtype: torch.dtype, device: torch.device, dim: int, inputs: list, **kwargs) -> None:
+    """Launch a concrete kernel overload on torch's current stream.
 
     Host time matters here (a launch per training step): kernels are the concrete overloads
-    (no type inference per call), arrays are passed as descriptors, streams are cached.
+    (no type inference per call) and launches are replayed (``warp_torch.launch``).
     """
+    from nurec_usd.render.warp_torch import launch, warp_device
 
-    def __init__(self, device: torch.device, dtype: torch.dtype) -> None:
-        import warp as wp
-
-        _warp()
-        self.wp = wp
-        self.dtype = dtype
-        self.array_t = _array_descriptor_type()
-        if device.type == "cuda":
-            ts = torch.cuda.current_stream(device)
-            key = (ts.device.index, ts.cuda_stream)
-            stream = _streams.get(key)
-            if stream is None:
-                stream = _streams[key] = wp.stream_from_torch(ts)
-            self.stream = stream
-            self.device = stream.device
-        else:
-            self.stream = None
-            self.device = wp.get_device("cpu")
-
-    def arr(self, x: torch.Tensor | None):
-        """A zero-copy Warp array descriptor of a tensor; None -> a NULL array.
-
-        ``x`` is [n] (scalars) or [n, c] with contiguous rows (vectors); the kernel overload
-        fixes the element type, so callers pass the shapes the kernel declares. The descriptor
-        does not keep ``x`` alive: the caller holds ``x`` until the launch is queued (on CUDA,
-        torch's allocator only hands freed memory to work queued after it on the same stream).
-        """
-        if x is None:
-            return None
-        return self.array_t(x.data_ptr(), 0, 1, (x.shape[0],), (x.stride(0) * x.element_size(),))
-
-    def launch(self, name: str, dim: int, inputs: list, **kwargs) -> None:
-        kernel = _overloads[name, self.dtype]
-        self.wp.launch(kernel, dim=dim, inputs=inputs, device=self.device, stream=self.stream, **kwargs)
+    _warp()
+    launch(_overloads[name, dtype], dim, inputs, device=warp_device(device), **kwargs)
 
 
-def _track_arrays(L: _Launcher, tracks: TrackKeys, corr_t, corr_w) -> list:
+def _track_arrays(tracks: TrackKeys, corr_t, corr_w) -> list:
     return [
-        L.arr(tracks.key_offsets),
-        L.arr(tracks.key_times),
-        L.arr(tracks.key_translations),
-        L.arr(tracks.key_quats),
-        L.arr(corr_t),
-        L.arr(corr_w),
+        tracks.key_offsets,
+        tracks.key_times,
+        tracks.key_translations,
+        tracks.key_quats,
+        corr_t,
+        corr_w,
         int(corr_t is not None),
     ]
 
@@ -323,25 +272,24 @@ class _InterpolateGaussians(torch.autograd.Function):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         dtype, device = static_means.dtype, static_means.device
         Ns, Na = static_means.shape[0], actor_means.shape[0]
-        L = _Launcher(device, dtype)
         out_means = torch.empty(Ns + Na, 3, dtype=dtype, device=device)
         out_quats = torch.empty(Ns + Na, 4, dtype=dtype, device=device)
         out_vis = torch.empty(Ns + Na, dtype=dtype, device=device)
         if Ns + Na > 0:
             inputs = [
-                L.arr(t),
+                t,
                 Ns,
-                L.arr(static_means),
-                L.arr(static_quats),
-                L.arr(actor_means),
-                L.arr(actor_quats),
-                L.arr(actor_index),
-                *_track_arrays(L, tracks, corr_t, corr_w),
-                L.arr(out_means),
-                L.arr(out_quats),
-                L.arr(out_vis),
+                static_means,
+                static_quats,
+                actor_means,
+                actor_quats,
+                actor_index,
+                *_track_arrays(tracks, corr_t, corr_w),
+                out_means,
+                out_quats,
+                out_vis,
             ]
-            L.launch("interpolate_forward", Ns + Na, inputs)
+            _launch("interpolate_forward", dtype, device, Ns + Na, inputs)
         ctx.mark_non_differentiable(out_vis)
         ctx.save_for_backward(t, actor_means, actor_quats, corr_t, corr_w, actor_index)
         ctx.tracks = tracks
@@ -368,7 +316,6 @@ class _InterpolateGaussians(torch.autograd.Function):
         need_pose = corr_t is not None and (need[5] or need[6]) and A > 0
         if Na > 0 and (need_actor or need_pose):
             k = _warp()
-            L = _Launcher(device, dtype)
             g_actor_means = torch.empty(Na, 3, dtype=dtype, device=device)
             g_actor_quats = torch.empty(Na, 4, dtype=dtype, device=device)
             # One zero-filled buffer (one memset) for the accumulated gradients: actor poses
@@ -378,26 +325,28 @@ class _InterpolateGaussians(torch.autograd.Function):
             g_pose_q = acc[: 4 * n_pose].view(n_pose, 4)
             g_pose_p = acc[4 * n_pose : 7 * n_pose].view(n_pose, 3)
             g_corr = acc[7 * n_pose :].view(2, K, 3)
-            keys = _track_arrays(L, tracks, corr_t, corr_w)
+            keys = _track_arrays(tracks, corr_t, corr_w)
             block = k.BACKWARD_BLOCK_DIM
-            L.launch(
+            _launch(
                 "interpolate_backward_actors",
+                dtype,
+                device,
                 (Na + block - 1) // block * block,  # whole blocks: the block reduction needs them
                 [
-                    L.arr(t),
+                    t,
                     Ns,
                     Na,
-                    L.arr(actor_means),
-                    L.arr(actor_quats),
-                    L.arr(actor_index),
+                    actor_means,
+                    actor_quats,
+                    actor_index,
                     *keys,
-                    L.arr(g_means),
-                    L.arr(g_quats),
+                    g_means,
+                    g_quats,
                     int(need_pose),
-                    L.arr(g_actor_means),
-                    L.arr(g_actor_quats),
-                    L.arr(g_pose_q),
-                    L.arr(g_pose_p),
+                    g_actor_means,
+                    g_actor_quats,
+                    g_pose_q,
+                    g_pose_p,
                 ],
                 block_dim=block,
             )
@@ -406,16 +355,18 @@ class _InterpolateGaussians(torch.autograd.Function):
                 # the per-actor pose kernel (one thread per actor owns its keys: no contention).
                 g_corr_t, g_corr_w = g_corr[0], g_corr[1]
                 # The adjoint replays the forward, which writes the poses: give it somewhere to.
-                replay = torch.empty(A, 8, dtype=dtype, device=device)
-                scratch = [L.arr(replay[:, :4]), L.arr(replay[:, 4:7]), L.arr(replay[:, 7])]
-                adj_keys = [None, None, None, None, L.arr(g_corr_t), L.arr(g_corr_w), 0]
-                L.launch(
+                scratch = [torch.empty(A, 4, dtype=dtype, device=device), torch.empty(A, 3, dtype=dtype, device=device),
+                           torch.empty(A, dtype=dtype, device=device)]
+                adj_keys = [None, None, None, None, g_corr_t, g_corr_w, 0]
+                _launch(
                     "actor_poses",
+                    dtype,
+                    device,
                     A,
-                    [L.arr(t), *keys],
+                    [t, *keys],
                     outputs=scratch,
                     adj_inputs=[None, *adj_keys],
-                    adj_outputs=[L.arr(g_pose_q), L.arr(g_pose_p), None],
+                    adj_outputs=[g_pose_q, g_pose_p, None],
                     adjoint=True,
                 )
             if not need[3]:
@@ -557,8 +508,6 @@ def actor_poses(
     trans = torch.empty(A, 3, dtype=dtype, device=device)
     vis = torch.empty(A, dtype=dtype, device=device)
     if A > 0:
-        L = _Launcher(device, dtype)
-        tq = _query_time(t, dtype)  # named: descriptors do not keep tensors alive
-        inputs = [L.arr(tq), *_track_arrays(L, tracks, corr_t, corr_w)]
-        L.launch("actor_poses", A, inputs + [L.arr(quats), L.arr(trans), L.arr(vis)])
+        inputs = [_query_time(t, dtype), *_track_arrays(tracks, corr_t, corr_w)]
+        _launch("actor_poses", dtype, device, A, inputs + [quats, trans, vis])
     return quats, trans, vis

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import torch
 import warp as wp
 
-from nurec_usd.render.warp_torch import launch_stream, to_wp, wp_arg, wp_vector
+from nurec_usd.render.warp_torch import launch, warp_device, warp_view
 from nurec_usd.sensors.se3 import invert_transform, matrix_to_quat
 from warp_kernels import lidar_binning as kbin
 from warp_kernels import lidar_project as kproj
@@ -417,15 +417,11 @@ def _kernels(dtype: torch.dtype) -> dict:
 
 def _project_args(means, quats, scales, opacities, intensities, lidar: LidarBatch) -> list:
     """The projection kernel's inputs (see ``warp_kernels.lidar_project.project_lidar``)."""
-    dtype = means.dtype
-    fwp = wp.float32 if dtype == torch.float32 else wp.float64
-    v3, v4 = wp_vector(3, dtype), wp_vector(4, dtype)
     lo, hi = lidar.elevation_clamp
-    return [wp_arg(means, v3), wp_arg(quats, v4), wp_arg(scales, v3), wp_arg(opacities), wp_arg(intensities),
-            wp_arg(lidar.rot_start, v4), wp_arg(lidar.trans_start, v3), wp_arg(lidar.rot_end, v4),
-            wp_arg(lidar.trans_end, v3), fwp(lidar.sign), fwp(lidar.start_azimuth), fwp(lidar.min_range),
-            fwp(lidar.max_range), fwp(lo), fwp(hi), fwp(lidar.elevation_range[0]), fwp(lidar.elevation_range[1]),
-            fwp(lidar.eps[0]), fwp(lidar.eps[1])]
+    return [means, quats, scales, opacities, intensities, lidar.rot_start, lidar.trans_start, lidar.rot_end,
+            lidar.trans_end, float(lidar.sign), float(lidar.start_azimuth), float(lidar.min_range),
+            float(lidar.max_range), float(lo), float(hi), float(lidar.elevation_range[0]),
+            float(lidar.elevation_range[1]), float(lidar.eps[0]), float(lidar.eps[1])]
 
 
 @dataclass
@@ -464,8 +460,6 @@ def bin_lidar(
     W = lidar.columns
     tiles = lidar.tiles
     T = tiles.num_tiles
-    v2, v8, v4 = wp_vector(2, dtype), wp_vector(8, dtype), wp_vector(4, dtype)
-    fwp = wp.float32 if dtype == torch.float32 else wp.float64
     band_f = tiles.band_f
     rb = lidar.range_bits
 
@@ -474,13 +468,12 @@ def bin_lidar(
     counts = torch.empty(n, dtype=torch.int32, device=device)
     offsets = torch.empty(n, dtype=torch.int32, device=device)
     total = torch.zeros(1, dtype=torch.int32, device=device)
-    with launch_stream(device) as wdev:
-        wp.launch(k["project"], dim=n, inputs=_project_args(means, quats, scales, opacities, intensities, lidar),
-                  outputs=[wp_arg(splats, v8), wp_arg(extents, v2)], device=wdev)
-        wp.launch(k["count"], dim=n, inputs=[wp_arg(splats, v8), wp_arg(extents, v2), wp_arg(tiles.band_i, wp.vec4i),
-                                              wp_arg(band_f, v4), W], outputs=[wp_arg(counts)], device=wdev)
-        if n:
-            wp.utils.array_scan(to_wp(counts), to_wp(offsets), inclusive=False)
+    wdev = warp_device(device)
+    launch(k["project"], n, _project_args(means, quats, scales, opacities, intensities, lidar),
+           [splats, extents], device=wdev)
+    launch(k["count"], n, [splats, extents, tiles.band_i, band_f, W], [counts], device=wdev)
+    if n:
+        wp.utils.array_scan(warp_view(counts), warp_view(offsets), inclusive=False)
     capacity = settings.capacity
     if capacity is None:  # exact size: the one host synchronisation of this mode
         capacity = int(counts.sum().item()) if n else 0
@@ -497,25 +490,18 @@ def bin_lidar(
     items = torch.zeros(max_items, 4, dtype=torch.int32, device=device)
     tile_items = torch.empty(T, 2, dtype=torch.int32, device=device)
     num_items = torch.zeros(1, dtype=torch.int32, device=device)
-    with launch_stream(device) as wdev:
-        if n:
-            wp.launch(k["emit"], dim=n,
-                      inputs=[wp_arg(splats, v8), wp_arg(extents, v2), wp_arg(tiles.band_i, wp.vec4i), wp_arg(band_f, v4),
-                              W, wp_arg(offsets), wp_arg(counts), rb, fwp(float(1 << rb) / lidar.max_range), capacity],
-                      outputs=[wp_arg(keys), wp_arg(ids), wp_arg(total)], device=wdev)
-        wp.launch(kbin.pad_keys, dim=capacity, inputs=[wp_arg(keys), wp_arg(total), capacity], device=wdev)
-        wp.utils.radix_sort_pairs(to_wp(keys), to_wp(ids), capacity, end_bit=31)
-        wp.launch(kbin.tile_ranges, dim=capacity, inputs=[wp_arg(keys), wp_arg(total), capacity, rb],
-                  outputs=[wp_arg(ranges)], device=wdev)
-        wp.launch(k["masks"], dim=capacity, inputs=[wp_arg(keys), wp_arg(ids), wp_arg(total), capacity, rb,
-                                                    wp_arg(splats, v8), wp_arg(extents, v2),
-                                                    wp_arg(tiles.warp_rect, v4)],
-                  outputs=[wp_arg(masks)], device=wdev)
-        wp.launch(kbin.count_items, dim=T, inputs=[wp_arg(ranges), wp_arg(total), capacity, fixed_chunk],
-                  outputs=[wp_arg(chunk), wp_arg(item_counts)], device=wdev)
-        wp.utils.array_scan(to_wp(item_counts), to_wp(item_offsets), inclusive=False)
-        wp.launch(kbin.emit_items, dim=T, inputs=[wp_arg(ranges), wp_arg(chunk), wp_arg(item_offsets), wp_arg(item_counts)],
-                  outputs=[wp_arg(items, wp.vec4i), wp_arg(tile_items, wp.vec2i), wp_arg(num_items)], device=wdev)
+    if n:
+        launch(k["emit"], n, [splats, extents, tiles.band_i, band_f, W, offsets, counts, rb,
+                              float(1 << rb) / lidar.max_range, capacity], [keys, ids, total], device=wdev)
+    launch(kbin.pad_keys, capacity, [keys, total, capacity], device=wdev)
+    wp.utils.radix_sort_pairs(warp_view(keys), warp_view(ids), capacity, end_bit=31)
+    launch(kbin.tile_ranges, capacity, [keys, total, capacity, rb], [ranges], device=wdev)
+    launch(k["masks"], capacity, [keys, ids, total, capacity, rb, splats, extents, tiles.warp_rect], [masks],
+           device=wdev)
+    launch(kbin.count_items, T, [ranges, total, capacity, fixed_chunk], [chunk, item_counts], device=wdev)
+    wp.utils.array_scan(warp_view(item_counts), warp_view(item_offsets), inclusive=False)
+    launch(kbin.emit_items, T, [ranges, chunk, item_offsets, item_counts], [items, tile_items, num_items],
+           device=wdev)
     return LidarBins(splats, extents, ids, ranges, masks, items, tile_items, num_items, chunk, total, capacity)
 
 
@@ -557,7 +543,6 @@ class _RenderLidar(torch.autograd.Function):
         k = _kernels(dtype)
         C, W = lidar.channels, lidar.columns
         tiles = lidar.tiles
-        v2, v8 = wp_vector(2, dtype), wp_vector(8, dtype)
         channel_f = lidar.channel_f
         bins = bin_lidar(means, quats, scales, opacities, intensities, lidar, settings)
         splats, extents, values, ranges, items, tile_items, num_items, total, capacity = (
@@ -575,21 +560,15 @@ class _RenderLidar(torch.autograd.Function):
         hit = torch.empty(C, W, dtype=dtype, device=device)
         T_final = torch.empty(C, W, dtype=dtype, device=device)
         median = torch.empty(C, W, dtype=dtype, device=device)
-        with launch_stream(device) as wdev:
-            layout = [wp_arg(items, wp.vec4i), wp_arg(num_items), wp_arg(tiles.tile_band), wp_arg(tiles.band_i, wp.vec4i),
-                      wp_arg(tiles.channel_order), wp_arg(channel_f, v2), W, wp_arg(values), wp_arg(splats, v8),
-                      wp_arg(bins.warp_masks)]
-            wp.launch_tiled(k["trans"], dim=[max_items], inputs=layout, outputs=[wp_arg(chunk_P)], device=wdev,
-                            block_dim=TILE_RAYS)
-            wp.launch_tiled(k["fwd"], dim=[max_items], inputs=layout + [wp_arg(chunk_P)],
-                            outputs=[wp_arg(part_T), wp_arg(part_range), wp_arg(part_int), wp_arg(part_last),
-                                     wp_arg(median_id)], device=wdev, block_dim=TILE_RAYS)
-            wp.launch(k["merge"], dim=(C, W), block_dim=TILE_RAYS,
-                      inputs=[wp_arg(tile_items, wp.vec2i), wp_arg(tiles.channel_rank), wp_arg(tiles.slot_band),
-                              wp_arg(tiles.band_i, wp.vec4i), wp_arg(part_T), wp_arg(part_range), wp_arg(part_int),
-                              wp_arg(median_id), wp_arg(splats, v8)],
-                      outputs=[wp_arg(range_sum), wp_arg(int_sum), wp_arg(hit), wp_arg(T_final), wp_arg(median)],
-                      device=wdev)
+        wdev = warp_device(device)
+        layout = [items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W, values,
+                  splats, bins.warp_masks]
+        launch(k["trans"], [max_items], layout, [chunk_P], device=wdev, block_dim=TILE_RAYS, tiled=True)
+        launch(k["fwd"], [max_items], layout + [chunk_P], [part_T, part_range, part_int, part_last, median_id],
+               device=wdev, block_dim=TILE_RAYS, tiled=True)
+        launch(k["merge"], (C, W), [tile_items, tiles.channel_rank, tiles.slot_band, tiles.band_i, part_T,
+                                    part_range, part_int, median_id, splats],
+               [range_sum, int_sum, hit, T_final, median], device=wdev, block_dim=TILE_RAYS)
 
         ctx.save_for_backward(means, quats, scales, opacities, intensities, splats, values, bins.warp_masks, items,
                               num_items, tile_items, part_T, part_range, part_int, part_last, median_id, T_final)
@@ -607,8 +586,6 @@ class _RenderLidar(torch.autograd.Function):
         k = _kernels(dtype)
         C, W = lidar.channels, lidar.columns
         tiles = lidar.tiles
-        v2, v3, v4, v8 = wp_vector(2, dtype), wp_vector(3, dtype), wp_vector(4, dtype), wp_vector(8, dtype)
-        fwp = wp.float32 if dtype == torch.float32 else wp.float64
 
         def grad_or_zeros(g):
             return torch.zeros(C, W, dtype=dtype, device=device) if g is None else g.contiguous()
@@ -622,27 +599,20 @@ class _RenderLidar(torch.autograd.Function):
                                       torch.where(has_median, grads[3], 0).reshape(-1))
         g_means, g_quats, g_scales = torch.zeros_like(means), torch.zeros_like(quats), torch.zeros_like(scales)
         g_opacities, g_intensities = torch.zeros_like(opacities), torch.zeros_like(intensities)
-        with launch_stream(device) as wdev:
-            wp.launch_tiled(k["bwd"], dim=[items.shape[0]],
-                            inputs=[wp_arg(items, wp.vec4i), wp_arg(num_items), wp_arg(tiles.tile_band),
-                                    wp_arg(tiles.band_i, wp.vec4i), wp_arg(tiles.channel_order), wp_arg(channel_f, v2), W,
-                                    wp_arg(values), wp_arg(splats, v8), wp_arg(warp_masks), wp_arg(tile_items, wp.vec2i),
-                                    wp_arg(part_T),
-                                    wp_arg(part_range), wp_arg(part_int), wp_arg(part_last), wp_arg(T_final),
-                                    *[wp_arg(g) for g in grads[:3]]],
-                            outputs=[wp_arg(g_splats, v8)], device=wdev, block_dim=TILE_RAYS)
-            if n:
-                # Projection backward: Warp's adjoint of the projection kernel, fed the raster's gradients.
-                scratch = [torch.empty_like(splats), torch.empty(n, 2, dtype=dtype, device=device)]
-                adj_inputs = [wp_arg(g_means, v3), wp_arg(g_quats, v4), wp_arg(g_scales, v3), wp_arg(g_opacities),
-                              wp_arg(g_intensities), None, None, None, None, fwp(0.0), fwp(0.0), fwp(0.0), fwp(0.0),
-                              fwp(0.0), fwp(0.0), fwp(0.0), fwp(0.0), fwp(0.0), fwp(0.0)]
-                # extents only decide which tiles a splat reaches (piecewise constant): no gradient
-                adj_outputs = [wp_arg(g_splats, v8), wp_arg(torch.zeros(n, 2, dtype=dtype, device=device), v2)]
-                wp.launch(k["project"], dim=n,
-                          inputs=_project_args(means, quats, scales, opacities, intensities, lidar),
-                          outputs=[wp_arg(scratch[0], v8), wp_arg(scratch[1], v2)], adj_inputs=adj_inputs,
-                          adj_outputs=adj_outputs, adjoint=True, device=wdev)
+        wdev = warp_device(device)
+        launch(k["bwd"], [items.shape[0]],
+               [items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W, values, splats,
+                warp_masks, tile_items, part_T, part_range, part_int, part_last, T_final, *grads[:3]],
+               [g_splats], device=wdev, block_dim=TILE_RAYS, tiled=True)
+        if n:
+            # Projection backward: Warp's adjoint of the projection kernel, fed the raster's gradients.
+            scratch = [torch.empty_like(splats), torch.empty(n, 2, dtype=dtype, device=device)]
+            adj_inputs = [g_means, g_quats, g_scales, g_opacities, g_intensities, None, None, None, None,
+                          *[0.0] * 10]
+            # extents only decide which tiles a splat reaches (piecewise constant): no gradient
+            adj_outputs = [g_splats, torch.zeros(n, 2, dtype=dtype, device=device)]
+            launch(k["project"], n, _project_args(means, quats, scales, opacities, intensities, lidar), scratch,
+                   adj_inputs=adj_inputs, adj_outputs=adj_outputs, adjoint=True, device=wdev)
         return g_means, g_quats, g_scales, g_opacities, g_intensities, None, None
 
 

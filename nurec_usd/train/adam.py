@@ -6,9 +6,8 @@ import math
 from typing import Iterable
 
 import torch
-import warp as wp
 
-from nurec_usd.render.warp_torch import launch_stream, to_wp
+from nurec_usd.render.warp_torch import launch, warp_device
 from warp_kernels import adam as kadam
 
 
@@ -49,9 +48,9 @@ class FusedAdam(torch.optim.Optimizer):
                 state["step"] += 1
                 t = state["step"]
                 grad = p.grad.contiguous()
-                with launch_stream(p.device) as wdev:
-                    wp.launch(kadam.adam_step, dim=p.numel(), device=wdev, inputs=[
-                        to_wp(p.view(-1)), to_wp(grad.view(-1)), to_wp(state["exp_avg"].view(-1)),
-                        to_wp(state["exp_avg_sq"].view(-1)), float(group["lr"]), float(beta1), float(beta2),
-                        float(group["eps"]), 1.0 - beta1 ** t, math.sqrt(1.0 - beta2 ** t)])
+                wdev = warp_device(p.device)
+                launch(kadam.adam_step, p.numel(), [
+                    p.view(-1), grad.view(-1), state["exp_avg"].view(-1), state["exp_avg_sq"].view(-1),
+                    float(group["lr"]), float(beta1), float(beta2), float(group["eps"]), 1.0 - beta1 ** t,
+                    math.sqrt(1.0 - beta2 ** t)], device=wdev)
         return loss

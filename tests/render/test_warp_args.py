@@ -1,5 +1,6 @@
 """Kernel arguments passed as descriptors (``wp_arg``) equal the descriptors of Warp arrays
-(``to_wp``), and a launch with them computes what a launch with Warp arrays computes."""
+(``to_wp``), and a launch with them computes what a launch with Warp arrays computes; the
+replayed launches (``launch``) compute what ``wp.launch`` computes, call after call."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 import warp as wp
 
-from nurec_usd.render.warp_torch import init_warp, launch_stream, to_wp, wp_arg
+from nurec_usd.render.warp_torch import init_warp, launch, launch_stream, to_wp, warp_view, wp_arg
 
 
 def _fields(desc) -> tuple:
@@ -57,3 +58,110 @@ def test_launch_with_descriptors_matches_launch_with_arrays():
         # a temporary tensor stays alive through its descriptor until the launch is done
         wp.launch(_axpy, dim=50, inputs=[wp_arg(x.clone(), wp.vec3), 2.0, wp_arg(y2)], device=wdev)
     torch.testing.assert_close(y1, y2, atol=0, rtol=0)
+
+
+@wp.kernel
+def _blend(x: wp.array(dtype=wp.vec3), w: wp.array2d(dtype=float), k: int, a: float, y: wp.array(dtype=float)):
+    i = wp.tid()
+    y[i] = a * x[i][k] + w[i, 1]
+
+
+def _blend_reference(x, w, k, a):
+    return a * x[:, k] + w[:, 1]
+
+
+def test_replayed_launch_follows_new_tensors_shapes_and_scalars():
+    """``launch`` records a kernel's launch once and rewrites it: each call must compute with
+    its own tensors, shapes, launch size and scalars, as ``wp.launch`` would."""
+    init_warp()
+    device = torch.device("cpu")
+    torch.manual_seed(0)
+    with launch_stream(device) as wdev:
+        for n, k, a in ((5, 0, 2.0), (5, 2, -1.0), (9, 1, 0.5), (9, 1, 3.0), (3, 2, 1.5)):
+            x, w, y = torch.randn(n, 3), torch.randn(n, 2), torch.full((n,), float("nan"))
+            if k == 1:  # parameters are tensors too
+                x = torch.nn.Parameter(x)
+            launch(_blend, n, [x, w, k, a], [y], device=wdev)
+            torch.testing.assert_close(y, _blend_reference(x.detach(), w, k, a), atol=1e-6, rtol=1e-6)
+
+
+def test_replayed_launch_refuses_tensors_the_kernel_cannot_view():
+    init_warp()
+    device = torch.device("cpu")
+    x, w, y = torch.randn(4, 3), torch.randn(4, 2), torch.zeros(4)
+    with launch_stream(device) as wdev:
+        launch(_blend, 4, [x, w, 0, 1.0], [y], device=wdev)
+        with pytest.raises(ValueError, match="'x' is a 1-d array of vec3f"):
+            launch(_blend, 4, [torch.randn(4, 2), w, 0, 1.0], [y], device=wdev)
+        with pytest.raises(ValueError, match="'w' is a 2-d array of float32"):
+            launch(_blend, 4, [x, w.double(), 0, 1.0], [y], device=wdev)
+        with pytest.raises(ValueError, match="'w' is a 2-d array"):
+            launch(_blend, 4, [x, w.reshape(-1), 0, 1.0], [y], device=wdev)
+        with pytest.raises(ValueError, match="'w'.*contiguous"):
+            launch(_blend, 4, [x, torch.randn(4, 4)[:, ::2], 0, 1.0], [y], device=wdev)
+        with pytest.raises(ValueError, match="takes 5 arguments, got 4"):
+            launch(_blend, 4, [x, w, 0], [y], device=wdev)
+        launch(_blend, 4, [x, w, 0, 1.0], [y], device=wdev)  # still usable after the refusals
+    torch.testing.assert_close(y, _blend_reference(x, w, 0, 1.0))
+
+
+def test_replayed_launch_keeps_no_tensor_alive():
+    """The recorded launch owns copies of the descriptors: a tensor passed once is freed when
+    its last reference goes (a cached launch holding the last render's buffers would pin them)."""
+    import gc
+    import weakref
+
+    init_warp()
+    device = torch.device("cpu")
+    x, y = torch.randn(6, 3), torch.zeros(6)
+    w = torch.randn(6, 2)
+    ref = weakref.ref(w)
+    with launch_stream(device) as wdev:
+        launch(_blend, 6, [x, w, 1, 1.0], [y], device=wdev)
+        launch(_blend, 6, [x, wp_arg(torch.randn(6, 2)), 1, 1.0], [y], device=wdev)  # a descriptor, then a tensor
+    del w
+    gc.collect()
+    assert ref() is None
+
+
+@wp.kernel
+def _square(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+    i = wp.tid()
+    y[i] = x[i] * x[i]
+
+
+def test_replayed_adjoint_and_tiled_launches_match_warp():
+    init_warp()
+    device = torch.device("cpu")
+    x = torch.randn(8)
+    with launch_stream(device) as wdev:
+        for scale in (1.0, -2.0):  # the second call replays the recorded adjoint launch
+            g_y, g_x = torch.full((8,), scale), torch.zeros(8)
+            launch(_square, 8, [x], [torch.empty(8)], adj_inputs=[g_x], adj_outputs=[g_y], adjoint=True,
+                   device=wdev)
+            torch.testing.assert_close(g_x, 2 * x * scale)
+        for blocks in (2, 3):
+            y = torch.zeros(3 * 16)
+            launch(_tile_copy, [blocks], [x.repeat(6)], [y], device=wdev, block_dim=16, tiled=True)
+            torch.testing.assert_close(y[: blocks * 16], x.repeat(6)[: blocks * 16])
+            assert not y[blocks * 16:].any()
+
+
+@wp.kernel
+def _tile_copy(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+    b, lane = wp.tid()
+    t = wp.tile_load(x, shape=16, offset=b * 16)
+    wp.tile_store(y, t, offset=b * 16)
+
+
+def test_warp_view_is_found_again_and_owns_nothing():
+    import weakref
+
+    init_warp()
+    t = torch.arange(10, dtype=torch.int32)
+    view = warp_view(t)
+    assert warp_view(t) is view and view.ptr == t.data_ptr() and view.shape == (10,)
+    assert warp_view(t[:5]) is not view  # another length, another view
+    ref = weakref.ref(t)
+    del t
+    assert ref() is None
