@@ -139,7 +139,7 @@ def make_binning_kernels(float_t):
         band_i: wp.array(dtype=wp.vec4i),  # [B]
         band_f: wp.array(dtype=vec4),  # [B]
         columns: int,
-        offsets: wp.array(dtype=wp.int32),  # [N] exclusive scan of counts
+        offsets: wp.array(dtype=wp.int32),  # [N] inclusive scan of counts (torch.cumsum)
         counts: wp.array(dtype=wp.int32),  # [N]
         range_bits: int,
         range_scale: float_t,  # 2^range_bits / max_range
@@ -150,7 +150,7 @@ def make_binning_kernels(float_t):
     ):
         i = wp.tid()
         if i == extents.shape[0] - 1:
-            total[0] = offsets[i] + counts[i]  # the scan's last entry: all intersections
+            total[0] = offsets[i]  # the scan's last entry: all intersections
         ext = extents[i]
         if ext[0] <= float_t(0.0):
             return
@@ -159,7 +159,7 @@ def make_binning_kernels(float_t):
         q = wp.clamp(int(wp.floor(rec[5] * range_scale)), 0, qmax)
         lo = rec[1] - ext[1]
         hi = rec[1] + ext[1]
-        k = offsets[i]
+        k = offsets[i] - counts[i]
         for b in range(band_f.shape[0]):
             bf = band_f[b]
             if bf[0] > hi:
@@ -273,17 +273,17 @@ def count_items(
 def emit_items(
     ranges: wp.array2d(dtype=wp.int32),  # [T, 2]
     chunk: wp.array(dtype=wp.int32),  # [1]
-    offsets: wp.array(dtype=wp.int32),  # [T] exclusive scan of the item counts
+    offsets: wp.array(dtype=wp.int32),  # [T] inclusive scan of the item counts (torch.cumsum)
     counts: wp.array(dtype=wp.int32),  # [T]
     items: wp.array(dtype=wp.vec4i),  # [I] out: (tile, start, end, chunk index within the tile)
     tile_items: wp.array(dtype=wp.vec2i),  # [T] out: (first item, number of items)
     num_items: wp.array(dtype=wp.int32),  # [1] out
 ):
     t = wp.tid()
-    off = offsets[t]
     n = counts[t]
+    off = offsets[t] - n
     if t == ranges.shape[0] - 1:
-        num_items[0] = off + n
+        num_items[0] = offsets[t]
     tile_items[t] = wp.vec2i(off, n)
     L = chunk[0]
     start = ranges[t, 0]

@@ -6,13 +6,14 @@ covariance). Binning walks the tile rows that ellipse reaches and, in each, take
 whose pixel centres meet the ellipse's exact x-range over the row's pixel-centre lines
 (``row_span``): a thin diagonal splat lands in a diagonal band of tiles, not in its square
 box. The test is conservative (r2 widened by ``SPAN_MARGIN``), so the image is unchanged.
-``count_tiles`` counts the tiles; after an exclusive scan of the counts, ``emit_keys``
-writes one (key, value) per tile into fixed-capacity buffers: the key is
+``count_tiles`` counts the tiles (after a leading zero); their inclusive scan gives each
+splat's first slot and, last, the total. ``emit_keys`` writes one (key, value) per tile
+into fixed-capacity buffers: the key is
 ``tile << 32 | depth bits`` (the global tile id across cameras, then the float32 depth's
 bit pattern, which orders like the depth for positive values) and the value the
 Gaussian's index. After a radix sort, ``tile_ranges`` finds each tile's slice.
-Intersections past the capacity are not written; ``emit_keys`` counts all of them in
-``total`` so the caller detects the overflow on the device.
+Intersections past the capacity are not written; the scan's total counts all of them, and
+``tile_ranges`` flags the overflow on the device.
 """
 
 import warp as wp
@@ -104,8 +105,10 @@ def make_binning_kernels(float_t):
         radii: wp.array2d(dtype=wp.int32),  # [C, N]: 0 = culled
         tiles_x: int,
         tiles_y: int,
-        counts: wp.array(dtype=wp.int32),  # [C * N] out
+        counts: wp.array(dtype=wp.int32),  # [C * N + 1] out: 0, then each splat's tile count
     ):
+        # One leading zero: an inclusive scan of counts is then the exclusive offsets followed
+        # by the total (torch.cumsum, which a CUDA graph can capture).
         c, i = wp.tid()
         n = radii.shape[1]
         count = int(0)
@@ -116,7 +119,9 @@ def make_binning_kernels(float_t):
             for ty in range(y0, y1):
                 x0, x1 = row_tiles(uv, sxx, sxy, syy, r2, ty, tiles_x)
                 count += wp.max(x1 - x0, 0)
-        counts[c * n + i] = count
+        counts[c * n + i + 1] = count
+        if c == 0 and i == 0:
+            counts[0] = 0
 
     @wp.kernel(module=module)
     def emit_keys(
@@ -125,21 +130,17 @@ def make_binning_kernels(float_t):
         opacities2d: wp.array2d(dtype=float_t),  # [C, N]
         radii: wp.array2d(dtype=wp.int32),  # [C, N]
         depths: wp.array2d(dtype=float_t),  # [C, N]
-        offsets: wp.array(dtype=wp.int32),  # [C * N] exclusive scan of counts
-        counts: wp.array(dtype=wp.int32),  # [C * N]
+        offsets: wp.array(dtype=wp.int32),  # [C * N + 1] each splat's first slot, then the total
         tiles_x: int,
         tiles_y: int,
         capacity: int,
         keys: wp.array(dtype=wp.int64),  # [>= capacity] out
         values: wp.array(dtype=wp.int32),  # [>= capacity] out: camera * N + Gaussian
-        total: wp.array(dtype=wp.int32),  # [1] out: intersections wanted (may exceed capacity)
     ):
         c, i = wp.tid()
         n = radii.shape[1]
         flat = c * n + i
-        if flat == radii.shape[0] * n - 1:
-            total[0] = offsets[flat] + counts[flat]  # the scan's last entry: all intersections
-        count = counts[flat]
+        count = offsets[flat + 1] - offsets[flat]
         if count == 0:
             return
         uv = means2d[c, i]

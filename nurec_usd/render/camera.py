@@ -197,8 +197,9 @@ class _RenderCameras(torch.autograd.Function):
             colors = sh[:, 0, :].expand(c, n, 3).contiguous()
         else:
             colors = torch.zeros(c, n, 3, dtype=dtype, device=device)
-        counts, offsets, total = _split(torch.empty, [(c * n,), (c * n,), (1,)], torch.int32, device)
-        total.zero_()
+        counts, offsets = _split(torch.empty, [(c * n + 1,), (c * n + 1,)], torch.int32, device)
+        if c * n == 0:
+            counts.zero_()  # (the tile count writes the leading zero)
         wdev = warp_device(device)
         launch(project, (c, n), _camera_inputs(means, quats, scales, opacities, cams, settings),
                [means2d, conics, depths, radii, dirs, opacities2d], device=wdev)
@@ -206,17 +207,18 @@ class _RenderCameras(torch.autograd.Function):
             launch(sh_kernel, (c, n), [sh, int(sh_degree), dirs, radii], [colors], device=wdev)
         launch(count_tiles, (c, n), [means2d, conics, opacities2d, radii, tiles_x, tiles_y], [counts],
                device=wdev)
-        wp.utils.array_scan(warp_view(counts), warp_view(offsets), inclusive=False)
+        torch.cumsum(counts, 0, dtype=torch.int32, out=offsets)  # each splat's first slot, then the total
+        total = offsets[c * n:]  # [1] intersections wanted (may exceed the capacity)
         capacity = settings.capacity
         if capacity is None:  # exact size: the one host synchronisation of this mode
-            capacity = int(counts.sum().item()) if c * n else 0
+            capacity = int(total.item())
         capacity = max(capacity, 1)
         keys = torch.empty(2 * capacity, dtype=torch.int64, device=device)
         values = torch.empty(2 * capacity, dtype=torch.int32, device=device)
         ranges = torch.zeros(tiles + 1, 2, dtype=torch.int32, device=device)  # + the binning's dead tile
         overflow = torch.empty(1, dtype=torch.bool, device=device)
-        launch(emit_keys, (c, n), [means2d, conics, opacities2d, radii, depths, offsets, counts, tiles_x, tiles_y,
-                                   capacity], [keys, values, total], device=wdev)
+        launch(emit_keys, (c, n), [means2d, conics, opacities2d, radii, depths, offsets, tiles_x, tiles_y, capacity],
+               [keys, values], device=wdev)
         launch(kbin.pad_keys, capacity, [keys, total, capacity], device=wdev)
         tile_bits = max(1, int(tiles).bit_length())
         wp.utils.radix_sort_pairs(warp_view(keys), warp_view(values), capacity, end_bit=32 + tile_bits)

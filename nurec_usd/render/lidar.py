@@ -473,10 +473,10 @@ def bin_lidar(
            [splats, extents], device=wdev)
     launch(k["count"], n, [splats, extents, tiles.band_i, band_f, W], [counts], device=wdev)
     if n:
-        wp.utils.array_scan(warp_view(counts), warp_view(offsets), inclusive=False)
+        torch.cumsum(counts, 0, dtype=torch.int32, out=offsets)
     capacity = settings.capacity
     if capacity is None:  # exact size: the one host synchronisation of this mode
-        capacity = int(counts.sum().item()) if n else 0
+        capacity = int(offsets[-1].item()) if n else 0
     capacity = max(int(capacity), 1)
     fixed_chunk = int(settings.chunk or 0)
     max_items = kbin.max_work_items(T, capacity, fixed_chunk)
@@ -499,7 +499,7 @@ def bin_lidar(
     launch(k["masks"], capacity, [keys, ids, total, capacity, rb, splats, extents, tiles.warp_rect], [masks],
            device=wdev)
     launch(kbin.count_items, T, [ranges, total, capacity, fixed_chunk], [chunk, item_counts], device=wdev)
-    wp.utils.array_scan(warp_view(item_counts), warp_view(item_offsets), inclusive=False)
+    torch.cumsum(item_counts, 0, dtype=torch.int32, out=item_offsets)
     launch(kbin.emit_items, T, [ranges, chunk, item_offsets, item_counts], [items, tile_items, num_items],
            device=wdev)
     return LidarBins(splats, extents, ids, ranges, masks, items, tile_items, num_items, chunk, total, capacity)

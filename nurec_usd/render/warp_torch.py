@@ -264,7 +264,9 @@ def warp_device(device: torch.device) -> wp.context.Device:
         warp_stream = _streams[key] = wp.stream_from_torch(stream)
     wdev = warp_stream.device
     if wdev.stream is not warp_stream:
-        wdev.set_stream(warp_stream, sync=True)
+        # ordered after the previous stream's work; not while torch captures a CUDA graph, where
+        # the capture stream already waits for it and a wait on outside work would end the capture
+        wdev.set_stream(warp_stream, sync=not torch.cuda.is_current_stream_capturing())
     return wdev
 
 
