@@ -10,7 +10,9 @@ whole forward (projection, binning, sorting, compositing) and forward + backward
 (gradients for means, quaternions, scales, opacities, colours). gsplat samples pixels at
 their centres (+0.5) and we follow OpenCV (centre of the top-left pixel at 0), so our
 principal point is shifted by half a pixel to render the same function; the PSNR between
-the two images checks that.
+the two images checks that. "graph replay" is the same forward through
+``GraphedCameraRenderer`` (poses copied in, one CUDA-graph launch: what a program that
+renders one scene from many poses pays per frame); the anchor's calls are eager.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.timing import host_ms, median_ms  # noqa: E402
 from nurec_usd.render.camera import CameraBatch, RenderSettings, render_cameras  # noqa: E402
+from nurec_usd.render.graphed import GraphedCameraRenderer  # noqa: E402
 
 CONFIGS = [  # (grid g, cameras, scale of the 648x420 resolution)
     (1, 3, 1),
@@ -156,6 +159,12 @@ def main() -> None:
         row["ours_fb"] = median_ms(ours_fwd_bwd, device, args.reps)
         row["host_fwd"] = host_ms(ours_fwd, device, args.reps)
         row["host_fb"] = host_ms(ours_fwd_bwd, device, args.reps)
+        # the same forward replayed from a CUDA graph (new poses copied in, then one graph launch)
+        graphed = GraphedCameraRenderer(*params, cams, capacity=capacity)
+        row["graph_fwd"] = median_ms(lambda: graphed.render(viewmats), device, args.reps)
+        eager = render_cameras(*params, cams, settings=settings).rgb
+        row["graph_err"] = (graphed.render(viewmats).rgb - eager).abs().max().item()  # printed with the row
+        del graphed
         if gsplat is not None:
             def gs_fwd():
                 gsplat.rasterization(*params, viewmats, Ks, w, h)
@@ -184,18 +193,20 @@ def main() -> None:
 
     print()
     print(f"raster-camera on {torch.cuda.get_device_name(0)}, torch {torch.__version__}, median of {args.reps}")
-    head = "| Gaussians | views | intersections | ours fwd | ours fwd+bwd | host fwd / fwd+bwd |"
+    head = ("| Gaussians | views | intersections | ours fwd | ours fwd+bwd | host fwd / fwd+bwd |"
+            " ours fwd, graph replay |")
     if gsplat is not None:
         head += (" gsplat intersections | gsplat fwd | gsplat fwd+bwd | fwd ratio | fwd+bwd ratio |"
-                 " PSNR vs gsplat |")
+                 " graph fwd ratio | PSNR vs gsplat |")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for r in rows:
         line = (f"| {r['n']:,} | {r['views']} | {r['isect']:,} | {r['ours_fwd']:.2f} ms | {r['ours_fb']:.2f} ms |"
-                f" {r['host_fwd']:.2f} / {r['host_fb']:.2f} ms |")
+                f" {r['host_fwd']:.2f} / {r['host_fb']:.2f} ms | {r['graph_fwd']:.2f} ms |")
         if gsplat is not None:
             line += (f" {r['gs_isect']:,} | {r['gs_fwd']:.2f} ms | {r['gs_fb']:.2f} ms | {r['ours_fwd'] / r['gs_fwd']:.2f}x |"
-                     f" {r['ours_fb'] / r['gs_fb']:.2f}x | {r['psnr']:.1f} dB |")
+                     f" {r['ours_fb'] / r['gs_fb']:.2f}x | {r['graph_fwd'] / r['gs_fwd']:.2f}x |"
+                     f" {r['psnr']:.1f} dB |")
         print(line)
 
 

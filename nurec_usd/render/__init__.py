@@ -3,6 +3,10 @@
 - ``interpolate``: the fused time interpolation (actor poses at t, actor Gaussians into the world).
 - ``camera``: camera rendering (projection for every camera model with rolling shutter,
   tile binning and sorting, compositing), forward and hand-written backward.
+- ``lidar``: lidar rendering (spherical projection, tiles in azimuth and elevation, compositing
+  along each ray), forward and hand-written backward.
+- ``graphed``: one set of Gaussians rendered from many camera poses by replaying a captured
+  CUDA graph (simulators, RL rollouts, synthetic data).
 - ``reference``: a slow pure-torch twin of every kernel, for tests.
 
 Import the sub-modules directly (``from nurec_usd.render.camera import render_cameras``):

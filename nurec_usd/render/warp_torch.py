@@ -56,7 +56,8 @@ def _descriptor_template(shape: tuple, item: int, dtype) -> _array_t:
     if dtype is not None:
         lanes, scalar = _lanes_and_bytes(dtype)
         if scalar != item or (lanes > 1 and (not shape or shape[-1] != lanes)):
-            raise ValueError(f"tensor of shape {shape} with {item}-byte scalars cannot be viewed as an array of {dtype}")
+            raise ValueError(f"tensor of shape {shape} with {item}-byte scalars cannot be viewed as an array "
+                             f"of {dtype}")
         if lanes > 1:
             shape = shape[:-1] or (1,)
             item *= lanes
