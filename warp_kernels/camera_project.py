@@ -565,6 +565,44 @@ def make_pinhole_backward_kernel(float_t):
     return project_pinhole_backward
 
 
+def make_camera_poses_kernel(float_t):
+    """``camera_poses``: the batch's pose quaternions and translations from T_camera_world
+    matrices, one thread per camera, in one launch (``nurec_usd.render.graphed`` runs it
+    inside a CUDA graph, where some sixty small torch kernels cost a seventh of a small render)."""
+    module = variant_module(__name__, float_t, "poses", enable_backward=False)
+    vec3 = wp.types.vector(3, float_t)
+    vec4 = wp.types.vector(4, float_t)
+    mat33 = wp.types.matrix((3, 3), float_t)
+
+    @wp.func(module=module)
+    def rotation_wxyz(T: wp.array3d(dtype=float_t), c: int):
+        R = mat33(T[c, 0, 0], T[c, 0, 1], T[c, 0, 2], T[c, 1, 0], T[c, 1, 1], T[c, 1, 2],
+                  T[c, 2, 0], T[c, 2, 1], T[c, 2, 2])
+        q = wp.normalize(wp.quat_from_matrix(R))  # Warp's order: (x, y, z, w)
+        return vec4(q[3], q[0], q[1], q[2])
+
+    @wp.kernel(module=module)
+    def camera_poses(
+        T_start: wp.array3d(dtype=float_t),  # [C, 4, 4] T_camera_world at readout start
+        T_end: wp.array3d(dtype=float_t),  # [C, 4, 4] ... at readout end
+        rot_start: wp.array(dtype=vec4),  # [C] out (w, x, y, z)
+        trans_start: wp.array(dtype=vec3),  # [C] out
+        rot_end: wp.array(dtype=vec4),  # [C] out, in rot_start's hemisphere (the kernels slerp between them)
+        trans_end: wp.array(dtype=vec3),  # [C] out
+    ):
+        c = wp.tid()
+        q0 = rotation_wxyz(T_start, c)
+        q1 = rotation_wxyz(T_end, c)
+        if wp.dot(q0, q1) < float_t(0.0):
+            q1 = -q1
+        rot_start[c] = q0
+        rot_end[c] = q1
+        trans_start[c] = vec3(T_start[c, 0, 3], T_start[c, 1, 3], T_start[c, 2, 3])
+        trans_end[c] = vec3(T_end[c, 0, 3], T_end[c, 1, 3], T_end[c, 2, 3])
+
+    return camera_poses
+
+
 project_gaussians_f32 = make_projection_kernel(wp.float32)
 project_gaussians_f64 = make_projection_kernel(wp.float64)
 project_pinhole_global_f32 = make_projection_kernel(wp.float32, pinhole_global=True)
@@ -573,3 +611,5 @@ sh_colors_f32 = make_sh_kernel(wp.float32)
 sh_colors_f64 = make_sh_kernel(wp.float64)
 project_pinhole_backward_f32 = make_pinhole_backward_kernel(wp.float32)
 project_pinhole_backward_f64 = make_pinhole_backward_kernel(wp.float64)
+camera_poses_f32 = make_camera_poses_kernel(wp.float32)
+camera_poses_f64 = make_camera_poses_kernel(wp.float64)

@@ -13,9 +13,12 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+import warp as wp
 
 from nurec_usd.render.camera import CameraBatch, CameraRender, RenderSettings, render_cameras
-from nurec_usd.sensors.se3 import make_transform, matrix_to_quat, quat_to_matrix
+from nurec_usd.render.warp_torch import launch, warp_device
+from nurec_usd.sensors.se3 import make_transform, quat_to_matrix
+from warp_kernels import camera_project as kproj
 
 
 class GraphedCameraRenderer:
@@ -65,15 +68,19 @@ class GraphedCameraRenderer:
         self.capacity = int(capacity)
         self._graph: torch.cuda.CUDAGraph | None = None
         self._out: CameraRender | None = None
+        self._warp_capture = None  # Warp's record of the capture: frees the sort's scratch with it
         self._capture()
 
     def _render(self, settings: RenderSettings) -> CameraRender:
-        """One forward render at the poses in the pose buffers (device ops only: capturable)."""
-        q0 = matrix_to_quat(self._T_start[:, :3, :3])
-        q1 = matrix_to_quat(self._T_end[:, :3, :3])
-        q1 = torch.where((q0 * q1).sum(-1, keepdim=True) < 0, -q1, q1)
-        cams = dataclasses.replace(self._cameras, rot_start=q0, trans_start=self._T_start[:, :3, 3].contiguous(),
-                                   rot_end=q1, trans_end=self._T_end[:, :3, 3].contiguous())
+        """One forward render at the poses in the pose buffers (device work only: capturable)."""
+        c, dtype = len(self._cameras), self._T_start.dtype
+        rot_start, trans_start, rot_end, trans_end = (
+            torch.empty(c, k, dtype=dtype, device=self.device) for k in (4, 3, 4, 3))
+        kernel = kproj.camera_poses_f32 if dtype == torch.float32 else kproj.camera_poses_f64
+        launch(kernel, c, [self._T_start, self._T_end], [rot_start, trans_start, rot_end, trans_end],
+               device=warp_device(self.device))
+        cams = dataclasses.replace(self._cameras, rot_start=rot_start, trans_start=trans_start, rot_end=rot_end,
+                                   trans_end=trans_end)
         with torch.no_grad():
             return render_cameras(*self._gaussians, cams, sh_degree=self._sh_degree, background=self._background,
                                   settings=settings)
@@ -88,11 +95,18 @@ class GraphedCameraRenderer:
             for _ in range(2):
                 self._render(settings)
         torch.cuda.current_stream(self.device).wait_stream(side)
-        self._graph, self._out = None, None  # the previous graph's memory goes back first
+        self._graph, self._out, self._warp_capture = None, None, None  # the previous graph's memory goes first
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=side):
-            out = self._render(settings)
-        self._graph, self._out = graph, out
+        with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
+            # Registered with Warp too, so that its radix sort takes scratch memory that the
+            # graph owns (an unregistered capture leaks a buffer per capture).
+            stream = warp_device(self.device).stream  # torch's current stream: the capturing one
+            wp.capture_begin(stream=stream, external=True, capture_mode=wp.CaptureMode.THREAD_LOCAL)
+            try:
+                out = self._render(settings)
+            finally:
+                warp_capture = wp.capture_end(stream=stream)
+        self._graph, self._out, self._warp_capture = graph, out, warp_capture
 
     def render(self, T_camera_world_start: torch.Tensor,  # [C, 4, 4]
                T_camera_world_end: torch.Tensor | None = None,  # [C, 4, 4]; None: the start poses

@@ -79,7 +79,8 @@ def test_overflow_is_reported_and_grow_makes_room():
     full = renderer.render(start)
     assert not bool(full.overflow)
     exact = render_cameras(*params, cams, sh_degree=3)
-    torch.testing.assert_close(full.rgb, exact.rgb, rtol=1e-6, atol=1e-6)
+    # float32: the renderer's quaternions come from its own kernel, the batch's from torch
+    torch.testing.assert_close(full.rgb, exact.rgb, rtol=1e-5, atol=1e-5)
     assert not renderer.grow(full)
 
 
@@ -91,3 +92,29 @@ def test_bad_pose_shapes_are_refused():
         renderer.render(torch.eye(4).repeat(3, 1, 1))
     with pytest.raises(ValueError, match="T_camera_world_end"):
         renderer.render(torch.eye(4).repeat(4, 1, 1), torch.eye(4))
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-6), (torch.float64, 1e-14)])
+def test_camera_poses_kernel_matches_torch(dtype, tol):
+    """The pose kernel against se3.matrix_to_quat (its twin), up to the quaternions' sign, on
+    random rotations and ones near 180 degrees; the end quaternion in the start's hemisphere."""
+    from nurec_usd.render.warp_torch import launch, warp_device
+    from nurec_usd.sensors.se3 import make_transform, matrix_to_quat, quat_to_matrix
+    from warp_kernels import camera_project as kproj
+
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(40, 4, generator=g, dtype=torch.float64)
+    q[:8, 0] = 1e-4 * torch.randn(8, generator=g, dtype=torch.float64)  # near 180 degrees
+    T0 = make_transform(quat_to_matrix(q), torch.randn(40, 3, generator=g, dtype=torch.float64)).to(dtype)
+    T1 = make_transform(quat_to_matrix(torch.randn(40, 4, generator=g, dtype=torch.float64)),
+                        torch.randn(40, 3, generator=g, dtype=torch.float64)).to(dtype)
+    out = [torch.empty(40, k, dtype=dtype) for k in (4, 3, 4, 3)]
+    kernel = kproj.camera_poses_f32 if dtype == torch.float32 else kproj.camera_poses_f64
+    launch(kernel, 40, [T0.contiguous(), T1.contiguous()], out, device=warp_device(torch.device("cpu")))
+    for got, T in ((out[0], T0), (out[2], T1)):
+        want = matrix_to_quat(T[:, :3, :3])
+        sign = torch.where((got * want).sum(-1, keepdim=True) < 0, -1.0, 1.0).to(dtype)
+        torch.testing.assert_close(got * sign, want, rtol=0, atol=tol * 10)
+    torch.testing.assert_close(out[1], T0[:, :3, 3], rtol=0, atol=0)
+    torch.testing.assert_close(out[3], T1[:, :3, 3], rtol=0, atol=0)
+    assert bool(((out[0] * out[2]).sum(-1) >= 0).all())
