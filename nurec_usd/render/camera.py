@@ -260,7 +260,9 @@ class _RenderCameras(torch.autograd.Function):
         grad_rgb = grad_or_zeros(grad_rgb, (c, h, w, 3))
         grad_alpha = grad_or_zeros(grad_alpha, (c, h, w))
         if grad_depth is None:  # the loss does not use the depth image: a backward without it
-            raster_bwd, grad_depth = raster_bwd_nodepth, alpha  # (never read)
+            raster_bwd, grad_depth = raster_bwd_nodepth, alpha  # (an image the kernel does not read)
+        else:
+            grad_depth = grad_depth.contiguous()
         g_means2d, g_conics, g_colors, g_depths, g_opacities2d = _split(
             torch.zeros, [(c, n, 2), (c, n, 3), (c, n, 3), (c, n), (c, n)], dtype, device)
         # the hand-written pinhole backward writes every Gaussian's gradient; Warp's adjoint adds to them
@@ -270,7 +272,7 @@ class _RenderCameras(torch.autograd.Function):
         wdev = warp_device(device)
         launch(raster_bwd, [c * tiles_x * tiles_y],
                [ranges, values, *_per_splat((means2d, conics, colors, depths, opacities2d)), background, tiles_x,
-                tiles_x * tiles_y, w, h, alpha, last, grad_rgb.contiguous(), grad_alpha, grad_depth.contiguous()],
+                tiles_x * tiles_y, w, h, alpha, last, grad_rgb, grad_alpha, grad_depth],
                _per_splat((g_means2d, g_conics, g_colors, g_depths, g_opacities2d)), device=wdev,
                block_dim=kraster.TILE_PIXELS, tiled=True)
         g_dirs = torch.zeros(c, n, 3, dtype=dtype, device=device)

@@ -180,7 +180,7 @@ def launch(kernel, dim, inputs: list, outputs: list = (), *, device: wp.context.
     launches, and small renders are bound by that host time. Arrays are passed as torch
     tensors, viewed as the kernel declares them (a vector dtype folds the last dim; shapes
     and dtypes are checked), or as ``wp_arg`` descriptors or None; scalars as Python numbers.
-    Work goes to the device's current stream (``launch_stream``), and a tensor passed here
+    Work goes to the device's current stream (``warp_device``), and a tensor passed here
     needs to live only until this returns (torch's allocator reuses memory only for work
     queued later on the same stream).
     """
@@ -227,7 +227,7 @@ _VIEWS_MAX = 64
 def warp_view(t: torch.Tensor) -> wp.array:
     """``to_wp(t)`` of a contiguous 1-d tensor, cached by (pointer, length, dtype, device).
 
-    For Warp's utilities that want a ``wp.array`` (radix sort, scan). A render's buffers come
+    For Warp's utilities that want a ``wp.array`` (the radix sort). A render's buffers come
     from torch's caching allocator, which hands the same blocks back step after step, so the
     views are found again; a view owns no memory, and one found by its pointer describes
     exactly the same memory as a new one would.
