@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import functools
 import threading
-from typing import Iterator
 
 import torch
 import warp as wp
 # Warp's kernel-argument descriptor is not exported; warp-lang is pinned to 1.19.x, and
-# tests/render/test_warp_args.py checks it against the descriptor of a wp.array.
+# tests/render/test_warp_args.py checks the launcher's against the descriptor of a wp.array.
 from warp._src.types import array_t as _array_t
 
 _initialised = False
@@ -28,11 +25,6 @@ def init_warp() -> None:
         _initialised = True
 
 
-def wp_vector(n: int, dtype: torch.dtype):
-    """The Warp vector type of length n whose scalars match a torch float dtype."""
-    return wp.types.vector(n, wp.float32 if dtype == torch.float32 else wp.float64)
-
-
 def to_wp(t: torch.Tensor, dtype=None) -> wp.array:
     """A zero-copy Warp view of a contiguous tensor; ``dtype`` folds the last dim into a vector type."""
     init_warp()
@@ -43,88 +35,34 @@ def to_wp(t: torch.Tensor, dtype=None) -> wp.array:
     return wp.from_torch(t, dtype=dtype, requires_grad=False)
 
 
-@functools.lru_cache(maxsize=None)
-def _lanes_and_bytes(dtype) -> tuple[int, int]:
-    """(scalars per element, bytes per scalar) of a Warp scalar or vector type."""
-    if hasattr(dtype, "_length_"):
-        return int(dtype._length_), wp.types.type_size_in_bytes(dtype._wp_scalar_type_)
-    return 1, wp.types.type_size_in_bytes(dtype)
+def _tensor_descriptor(t: torch.Tensor, declared, ndim: int, label: str) -> _array_t:
+    """The kernel-argument descriptor of contiguous tensor ``t`` as an ``ndim``-d array of
+    ``declared`` (a scalar or vector type: a vector folds the tensor's last dim).
 
-
-def _descriptor_template(shape: tuple, item: int, dtype) -> _array_t:
-    """The descriptor of a contiguous tensor of this shape and scalar size, with a null pointer."""
-    if dtype is not None:
-        lanes, scalar = _lanes_and_bytes(dtype)
-        if scalar != item or (lanes > 1 and (not shape or shape[-1] != lanes)):
-            raise ValueError(f"tensor of shape {shape} with {item}-byte scalars cannot be viewed as an array "
-                             f"of {dtype}")
-        if lanes > 1:
-            shape = shape[:-1] or (1,)
-            item *= lanes
-    strides = [item] * len(shape)
-    for k in range(len(shape) - 2, -1, -1):
-        strides[k] = strides[k + 1] * shape[k + 1]
-    return _array_t(data=0, grad=0, ndim=len(shape), shape=shape, strides=strides)
-
-
-# (shape, scalar bytes, Warp dtype) -> descriptor template. A training run sees a few shapes per
-# step (the Gaussian count changes when densifying): the cache is emptied when it grows large.
-_templates: dict[tuple, _array_t] = {}
-_TEMPLATES_MAX = 4096
-
-
-def wp_arg(t: torch.Tensor, dtype=None) -> _array_t:
-    """A kernel-argument descriptor of a contiguous tensor, for ``launch`` and ``wp.launch`` arguments only.
-
-    A launch takes a descriptor verbatim, without building a ``wp.array``: a render passes
-    some 50 arrays, and small renders are bound by their host time
-    (``benchmarks/host_profile.py``). The descriptor is copied from a cached template of
-    the tensor's shape, so only its pointer is new (about 1 us against 15 us for a
-    ``wp.array`` on a CI-like CPU). ``dtype`` folds the last dim into a vector type as in
-    ``to_wp``; the scalar size is checked, the kernel's declared dtype is not (the twin tests
-    cover every launch).
+    Scalar type and dimensions must agree: the error names the argument and both.
     """
-    if not t.is_contiguous():
-        raise ValueError(f"tensor of shape {tuple(t.shape)} must be contiguous to pass to a Warp kernel")
-    key = (t.shape, t.element_size(), dtype)
-    template = _templates.get(key)
-    if template is None:
-        if len(_templates) >= _TEMPLATES_MAX:
-            _templates.clear()
-        template = _templates[key] = _descriptor_template(tuple(t.shape), t.element_size(), dtype)
-    arg = _array_t.from_buffer_copy(template)
-    arg.data = t.data_ptr()
-    arg.owner = t  # keeps a temporary tensor alive for as long as the descriptor
-    return arg
+    scalar = getattr(declared, "_wp_scalar_type_", declared)
+    lanes = int(getattr(declared, "_length_", 1))
+    shape = tuple(t.shape)
+    view = shape[:-1] if lanes > 1 and shape and shape[-1] == lanes else shape
+    if wp.dtype_from_torch(t.dtype) is not scalar or (lanes > 1 and view == shape) or len(view) != ndim:
+        raise ValueError(f"argument {label!r} is a {ndim}-d array of {wp.types.type_repr(declared)}: "
+                         f"a {t.dtype} tensor of shape {shape} cannot be viewed as one")
+    strides = [t.element_size() * lanes] * len(view)
+    for k in range(len(view) - 2, -1, -1):
+        strides[k] = strides[k + 1] * view[k + 1]
+    return _array_t(data=t.data_ptr(), grad=0, ndim=len(view), shape=view, strides=strides)
 
 
 _DESCRIPTOR_BYTES = ctypes.sizeof(_array_t)
 _NULL_ARRAY = _array_t()
 
 
-def _tensor_template(t: torch.Tensor, arg) -> _array_t:
-    """The descriptor template (null pointer) of tensor ``t`` as kernel argument ``arg``.
-
-    The kernel's declared array type says how to view the tensor: a vector dtype folds the
-    tensor's last dim. Scalar type and dimensions must agree: the error names both.
-    """
-    declared = arg.type.dtype
-    scalar = getattr(declared, "_wp_scalar_type_", declared)
-    lanes = int(getattr(declared, "_length_", 1))
-    shape = tuple(t.shape)
-    view = shape[:-1] if lanes > 1 and shape and shape[-1] == lanes else shape
-    if (wp.dtype_from_torch(t.dtype) is not scalar or (lanes > 1 and view == shape)
-            or len(view) != arg.type.ndim):
-        raise ValueError(f"argument {arg.label!r} is a {arg.type.ndim}-d array of {wp.types.type_repr(declared)}: "
-                         f"a {t.dtype} tensor of shape {shape} cannot be viewed as one")
-    return _descriptor_template(view, t.element_size() * lanes, None)
-
-
 class _Command:
     """A recorded launch of one kernel whose parameter slots are rewritten in place per launch.
 
-    Each array parameter owns a descriptor slot of its own (no tensor outlives its launch
-    through here); a tensor of the slot's last shape and dtype only rewrites the pointer.
+    Each array parameter owns a descriptor slot (no tensor outlives its launch through
+    here); a tensor of the slot's last shape and dtype only rewrites the pointer.
     Scalars are set through their ctypes value.
     """
 
@@ -149,23 +87,25 @@ class _Command:
             self.slots.append(slot)
             self.keys.append(None)
 
-    def set_array(self, j: int, a) -> None:
-        """Point array slot j at a tensor, a descriptor (``wp_arg``) or nothing (None)."""
+    def set_array(self, j: int, a: torch.Tensor | None) -> None:
+        """Point array slot j at a tensor (a new descriptor when its shape or dtype changed) or at nothing."""
         slot = self.slots[j]
-        if isinstance(a, torch.Tensor):
-            if not a.is_contiguous():
-                raise ValueError(f"argument {self.args[j].label!r}: tensor of shape {tuple(a.shape)} must be "
-                                 "contiguous to pass to a Warp kernel")
-            key = (a.shape, a.dtype)
-            if key != self.keys[j]:
-                template = _tensor_template(a, self.args[j])  # held: memmove reads it after addressof
-                ctypes.memmove(ctypes.addressof(slot), ctypes.addressof(template), _DESCRIPTOR_BYTES)
-                self.keys[j] = key
-            slot.data = a.data_ptr()
-        else:
-            ctypes.memmove(ctypes.addressof(slot), ctypes.addressof(_NULL_ARRAY if a is None else a),
-                           _DESCRIPTOR_BYTES)
+        if a is None:
+            ctypes.memmove(ctypes.addressof(slot), ctypes.addressof(_NULL_ARRAY), _DESCRIPTOR_BYTES)
             self.keys[j] = None
+            return
+        arg = self.args[j]
+        if not isinstance(a, torch.Tensor):
+            raise TypeError(f"argument {arg.label!r} takes a torch tensor or None, got {type(a).__name__}")
+        if not a.is_contiguous():
+            raise ValueError(f"argument {arg.label!r}: tensor of shape {tuple(a.shape)} must be contiguous to pass "
+                             "to a Warp kernel")
+        key = (a.shape, a.dtype)
+        if key != self.keys[j]:
+            descriptor = _tensor_descriptor(a, arg.type.dtype, arg.type.ndim, arg.label)  # held past addressof
+            ctypes.memmove(ctypes.addressof(slot), ctypes.addressof(descriptor), _DESCRIPTOR_BYTES)
+            self.keys[j] = key
+        slot.data = a.data_ptr()
 
 
 _commands: dict[tuple, _Command] = {}
@@ -178,10 +118,10 @@ def launch(kernel, dim, inputs: list, outputs: list = (), *, device: wp.context.
 
     ``wp.launch`` checks and packs every argument on every call; a render makes some 20
     launches, and small renders are bound by that host time. Arrays are passed as torch
-    tensors, viewed as the kernel declares them (a vector dtype folds the last dim; shapes
-    and dtypes are checked), or as ``wp_arg`` descriptors or None; scalars as Python numbers.
-    Work goes to the device's current stream (``warp_device``), and a tensor passed here
-    needs to live only until this returns (torch's allocator reuses memory only for work
+    tensors (or None), viewed as the kernel declares them (a vector dtype folds the last dim;
+    shapes and dtypes are checked, and the error names the argument); scalars as Python
+    numbers. Work goes to the device's current stream (``warp_device``), and a tensor passed
+    here needs to live only until this returns (torch's allocator reuses memory only for work
     queued later on the same stream).
     """
     dims = tuple(dim) if isinstance(dim, (tuple, list)) else (int(dim),)
@@ -191,11 +131,11 @@ def launch(kernel, dim, inputs: list, outputs: list = (), *, device: wp.context.
     args = [*inputs, *outputs, *adj_inputs, *adj_outputs]
     cmd = _commands.get(key)
     if cmd is None:
-        def packed(values):  # wp.launch's own argument checks, once
-            return [wp_arg(v) if isinstance(v, torch.Tensor) else v for v in values]
+        def null_arrays(values):  # the slots are filled below, as on every launch
+            return [None if isinstance(v, torch.Tensor) else v for v in values]
         make = wp.launch_tiled if tiled else wp.launch
-        recorded = make(kernel, dim=list(dims), inputs=packed(inputs), outputs=packed(outputs),
-                        adj_inputs=packed(adj_inputs), adj_outputs=packed(adj_outputs), adjoint=adjoint,
+        recorded = make(kernel, dim=list(dims), inputs=null_arrays(inputs), outputs=null_arrays(outputs),
+                        adj_inputs=null_arrays(adj_inputs), adj_outputs=null_arrays(adj_outputs), adjoint=adjoint,
                         device=device, block_dim=block_dim, record_cmd=True)
         cmd = _commands[key] = _Command(recorded, dims, kernel)
     if len(args) != len(cmd.kinds):
@@ -269,9 +209,3 @@ def warp_device(device: torch.device) -> wp.context.Device:
         # the capture stream already waits for it and a wait on outside work would end the capture
         wdev.set_stream(warp_stream, sync=not torch.cuda.is_current_stream_capturing())
     return wdev
-
-
-@contextlib.contextmanager
-def launch_stream(device: torch.device) -> Iterator[wp.context.Device]:
-    """``warp_device`` as a context: launch Warp work on torch's current stream; yields the Warp device."""
-    yield warp_device(device)

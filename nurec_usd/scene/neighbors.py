@@ -236,18 +236,18 @@ def _query_round(
     Returns the ``wp.HashGrid``: the caller keeps it alive until the launch has finished."""
     import warp as wp
 
-    from nurec_usd.render.warp_torch import launch_stream, to_wp
+    from nurec_usd.render.warp_torch import to_wp, warp_device
     from warp_kernels.point_neighbors import knn_within_radius
 
     n = points.shape[0]
-    with launch_stream(points.device) as wdev:
-        pts = to_wp(points, wp.vec3)
-        grid = wp.HashGrid(*_grid_dims(extent, full_extent, r, n), device=wdev)
-        grid.build(pts, r)
-        wp.launch(
-            knn_within_radius, dim=n, device=wdev,
-            inputs=[grid.id, pts, float(r), k, need, to_wp(first_round), j, to_wp(dist), to_wp(count)],
-        )  # fmt: skip
+    wdev = warp_device(points.device)
+    pts = to_wp(points, wp.vec3)
+    grid = wp.HashGrid(*_grid_dims(extent, full_extent, r, n), device=wdev)
+    grid.build(pts, r)
+    wp.launch(
+        knn_within_radius, dim=n, device=wdev,
+        inputs=[grid.id, pts, float(r), k, need, to_wp(first_round), j, to_wp(dist), to_wp(count)],
+    )  # fmt: skip
     return grid
 
 

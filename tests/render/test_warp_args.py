@@ -1,6 +1,5 @@
-"""Kernel arguments passed as descriptors (``wp_arg``) equal the descriptors of Warp arrays
-(``to_wp``), and a launch with them computes what a launch with Warp arrays computes; the
-replayed launches (``launch``) compute what ``wp.launch`` computes, call after call."""
+"""Kernel arguments: the launcher's descriptors equal the descriptors of Warp arrays (``to_wp``),
+and its replayed launches (``launch``) compute what ``wp.launch`` computes, call after call."""
 
 from __future__ import annotations
 
@@ -8,35 +7,34 @@ import pytest
 import torch
 import warp as wp
 
-from nurec_usd.render.warp_torch import init_warp, launch, launch_stream, to_wp, warp_view, wp_arg
+from nurec_usd.render.warp_torch import _tensor_descriptor, init_warp, launch, to_wp, warp_device, warp_view
 
 
 def _fields(desc) -> tuple:
     return (desc.data, desc.grad, desc.ndim, tuple(desc.shape[: desc.ndim]), tuple(desc.strides[: desc.ndim]))
 
 
-@pytest.mark.parametrize("shape, dtype, wp_type", [
-    ((7,), torch.float32, None),
-    ((5, 3), torch.float32, wp.vec3),
-    ((4, 6, 2), torch.float64, wp.vec2d),
-    ((3, 4), torch.int32, None),
-    ((2, 5, 4), torch.int32, wp.vec4i),
-    ((1, 3), torch.float32, wp.vec3),
+@pytest.mark.parametrize("shape, dtype, wp_type, ndim", [
+    ((7,), torch.float32, wp.float32, 1),
+    ((5, 3), torch.float32, wp.vec3, 1),
+    ((4, 6, 2), torch.float64, wp.vec2d, 2),
+    ((3, 4), torch.int32, wp.int32, 2),
+    ((2, 5, 4), torch.int32, wp.vec4i, 2),
+    ((1, 3), torch.float32, wp.vec3, 1),
 ])
-def test_descriptor_equals_warp_array_descriptor(shape, dtype, wp_type):
+def test_descriptor_equals_warp_array_descriptor(shape, dtype, wp_type, ndim):
     init_warp()
     t = torch.arange(int(torch.tensor(shape).prod())).to(dtype).reshape(shape)
-    assert _fields(wp_arg(t, wp_type)) == _fields(to_wp(t, wp_type).__ctype__())
+    folded = None if wp_type in (wp.float32, wp.int32) else wp_type
+    assert _fields(_tensor_descriptor(t, wp_type, ndim, "t")) == _fields(to_wp(t, folded).__ctype__())
 
 
-def test_mismatched_or_strided_tensors_are_refused():
+def test_mismatched_tensors_are_refused():
     init_warp()
-    with pytest.raises(ValueError, match="cannot be viewed"):
-        wp_arg(torch.zeros(4, 2), wp.vec3)
-    with pytest.raises(ValueError, match="cannot be viewed"):
-        wp_arg(torch.zeros(4, 3, dtype=torch.float64), wp.vec3)
-    with pytest.raises(ValueError, match="contiguous"):
-        wp_arg(torch.zeros(4, 6)[:, ::2])
+    with pytest.raises(ValueError, match="'x' is a 1-d array of vec3f"):
+        _tensor_descriptor(torch.zeros(4, 2), wp.vec3, 1, "x")
+    with pytest.raises(ValueError, match="'x' is a 1-d array of vec3f"):
+        _tensor_descriptor(torch.zeros(4, 3, dtype=torch.float64), wp.vec3, 1, "x")
 
 
 @wp.kernel
@@ -47,16 +45,15 @@ def _axpy(x: wp.array(dtype=wp.vec3), a: float, y: wp.array2d(dtype=float)):
         y[i, k] = y[i, k] + a * v[k]
 
 
-def test_launch_with_descriptors_matches_launch_with_arrays():
+def test_launch_with_tensors_matches_launch_with_arrays():
     init_warp()
     x = torch.randn(50, 3)
     y1, y2 = torch.randn(50, 3), None
     y2 = y1.clone()
-    device = torch.device("cpu")
-    with launch_stream(device) as wdev:
-        wp.launch(_axpy, dim=50, inputs=[to_wp(x, wp.vec3), 2.0, to_wp(y1)], device=wdev)
-        # a temporary tensor stays alive through its descriptor until the launch is done
-        wp.launch(_axpy, dim=50, inputs=[wp_arg(x.clone(), wp.vec3), 2.0, wp_arg(y2)], device=wdev)
+    wdev = warp_device(torch.device("cpu"))
+    wp.launch(_axpy, dim=50, inputs=[to_wp(x, wp.vec3), 2.0, to_wp(y1)], device=wdev)
+    # a temporary tensor needs to live only until the launch returns
+    launch(_axpy, 50, [x.clone(), 2.0, y2], device=wdev)
     torch.testing.assert_close(y1, y2, atol=0, rtol=0)
 
 
@@ -74,51 +71,50 @@ def test_replayed_launch_follows_new_tensors_shapes_and_scalars():
     """``launch`` records a kernel's launch once and rewrites it: each call must compute with
     its own tensors, shapes, launch size and scalars, as ``wp.launch`` would."""
     init_warp()
-    device = torch.device("cpu")
+    wdev = warp_device(torch.device("cpu"))
     torch.manual_seed(0)
-    with launch_stream(device) as wdev:
-        for n, k, a in ((5, 0, 2.0), (5, 2, -1.0), (9, 1, 0.5), (9, 1, 3.0), (3, 2, 1.5)):
-            x, w, y = torch.randn(n, 3), torch.randn(n, 2), torch.full((n,), float("nan"))
-            if k == 1:  # parameters are tensors too
-                x = torch.nn.Parameter(x)
-            launch(_blend, n, [x, w, k, a], [y], device=wdev)
-            torch.testing.assert_close(y, _blend_reference(x.detach(), w, k, a), atol=1e-6, rtol=1e-6)
+    for n, k, a in ((5, 0, 2.0), (5, 2, -1.0), (9, 1, 0.5), (9, 1, 3.0), (3, 2, 1.5)):
+        x, w, y = torch.randn(n, 3), torch.randn(n, 2), torch.full((n,), float("nan"))
+        if k == 1:  # parameters are tensors too
+            x = torch.nn.Parameter(x)
+        launch(_blend, n, [x, w, k, a], [y], device=wdev)
+        torch.testing.assert_close(y, _blend_reference(x.detach(), w, k, a), atol=1e-6, rtol=1e-6)
 
 
 def test_replayed_launch_refuses_tensors_the_kernel_cannot_view():
     init_warp()
-    device = torch.device("cpu")
+    wdev = warp_device(torch.device("cpu"))
     x, w, y = torch.randn(4, 3), torch.randn(4, 2), torch.zeros(4)
-    with launch_stream(device) as wdev:
-        launch(_blend, 4, [x, w, 0, 1.0], [y], device=wdev)
-        with pytest.raises(ValueError, match="'x' is a 1-d array of vec3f"):
-            launch(_blend, 4, [torch.randn(4, 2), w, 0, 1.0], [y], device=wdev)
-        with pytest.raises(ValueError, match="'w' is a 2-d array of float32"):
-            launch(_blend, 4, [x, w.double(), 0, 1.0], [y], device=wdev)
-        with pytest.raises(ValueError, match="'w' is a 2-d array"):
-            launch(_blend, 4, [x, w.reshape(-1), 0, 1.0], [y], device=wdev)
-        with pytest.raises(ValueError, match="'w'.*contiguous"):
-            launch(_blend, 4, [x, torch.randn(4, 4)[:, ::2], 0, 1.0], [y], device=wdev)
-        with pytest.raises(ValueError, match="takes 5 arguments, got 4"):
-            launch(_blend, 4, [x, w, 0], [y], device=wdev)
-        launch(_blend, 4, [x, w, 0, 1.0], [y], device=wdev)  # still usable after the refusals
+    launch(_blend, 4, [x, w, 0, 1.0], [y], device=wdev)
+    with pytest.raises(ValueError, match="'x' is a 1-d array of vec3f"):
+        launch(_blend, 4, [torch.randn(4, 2), w, 0, 1.0], [y], device=wdev)
+    with pytest.raises(ValueError, match="'w' is a 2-d array of float32"):
+        launch(_blend, 4, [x, w.double(), 0, 1.0], [y], device=wdev)
+    with pytest.raises(ValueError, match="'w' is a 2-d array"):
+        launch(_blend, 4, [x, w.reshape(-1), 0, 1.0], [y], device=wdev)
+    with pytest.raises(ValueError, match="'w'.*contiguous"):
+        launch(_blend, 4, [x, torch.randn(4, 4)[:, ::2], 0, 1.0], [y], device=wdev)
+    with pytest.raises(TypeError, match="'w' takes a torch tensor or None"):
+        launch(_blend, 4, [x, to_wp(w), 0, 1.0], [y], device=wdev)
+    with pytest.raises(ValueError, match="takes 5 arguments, got 4"):
+        launch(_blend, 4, [x, w, 0], [y], device=wdev)
+    launch(_blend, 4, [x, w, 0, 1.0], [y], device=wdev)  # still usable after the refusals
     torch.testing.assert_close(y, _blend_reference(x, w, 0, 1.0))
 
 
 def test_replayed_launch_keeps_no_tensor_alive():
-    """The recorded launch owns copies of the descriptors: a tensor passed once is freed when
-    its last reference goes (a cached launch holding the last render's buffers would pin them)."""
+    """The recorded launch owns its descriptors: a tensor passed once is freed when its last
+    reference goes (a cached launch holding the last render's buffers would pin them)."""
     import gc
     import weakref
 
     init_warp()
-    device = torch.device("cpu")
+    wdev = warp_device(torch.device("cpu"))
     x, y = torch.randn(6, 3), torch.zeros(6)
     w = torch.randn(6, 2)
     ref = weakref.ref(w)
-    with launch_stream(device) as wdev:
-        launch(_blend, 6, [x, w, 1, 1.0], [y], device=wdev)
-        launch(_blend, 6, [x, wp_arg(torch.randn(6, 2)), 1, 1.0], [y], device=wdev)  # a descriptor, then a tensor
+    launch(_blend, 6, [x, w, 1, 1.0], [y], device=wdev)
+    launch(_blend, 6, [x, torch.randn(6, 2), 1, 1.0], [y], device=wdev)  # the same shape: only the pointer moves
     del w
     gc.collect()
     assert ref() is None
@@ -134,17 +130,16 @@ def test_replayed_adjoint_and_tiled_launches_match_warp():
     init_warp()
     device = torch.device("cpu")
     x = torch.randn(8)
-    with launch_stream(device) as wdev:
-        for scale in (1.0, -2.0):  # the second call replays the recorded adjoint launch
-            g_y, g_x = torch.full((8,), scale), torch.zeros(8)
-            launch(_square, 8, [x], [torch.empty(8)], adj_inputs=[g_x], adj_outputs=[g_y], adjoint=True,
-                   device=wdev)
-            torch.testing.assert_close(g_x, 2 * x * scale)
-        for blocks in (2, 3):
-            y = torch.zeros(3 * 16)
-            launch(_tile_copy, [blocks], [x.repeat(6)], [y], device=wdev, block_dim=16, tiled=True)
-            torch.testing.assert_close(y[: blocks * 16], x.repeat(6)[: blocks * 16])
-            assert not y[blocks * 16:].any()
+    wdev = warp_device(device)
+    for scale in (1.0, -2.0):  # the second call replays the recorded adjoint launch
+        g_y, g_x = torch.full((8,), scale), torch.zeros(8)
+        launch(_square, 8, [x], [torch.empty(8)], adj_inputs=[g_x], adj_outputs=[g_y], adjoint=True, device=wdev)
+        torch.testing.assert_close(g_x, 2 * x * scale)
+    for blocks in (2, 3):
+        y = torch.zeros(3 * 16)
+        launch(_tile_copy, [blocks], [x.repeat(6)], [y], device=wdev, block_dim=16, tiled=True)
+        torch.testing.assert_close(y[: blocks * 16], x.repeat(6)[: blocks * 16])
+        assert not y[blocks * 16:].any()
 
 
 @wp.kernel
