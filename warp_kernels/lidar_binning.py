@@ -230,9 +230,12 @@ def tile_ranges(
     capacity: int,
     range_bits: int,
     ranges: wp.array2d(dtype=wp.int32),  # [T, 2] out, zero-initialised: [start, end) of each tile
+    overflow: wp.array(dtype=wp.bool),  # [1] out: more intersections wanted than the capacity
 ):
     k = wp.tid()
     n = wp.min(total[0], capacity)
+    if k == 0:
+        overflow[0] = total[0] > capacity
     if k >= n:
         return
     tile = keys[k] >> range_bits

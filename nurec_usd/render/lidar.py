@@ -438,6 +438,7 @@ class LidarBins:
     num_items: torch.Tensor  # [1] int32: valid rows of items
     chunk: torch.Tensor  # [1] int32: the chunk length L used
     total: torch.Tensor  # [1] int32: intersections wanted
+    overflow: torch.Tensor  # [1] bool: more intersections wanted than the capacity
     capacity: int
 
 
@@ -495,14 +496,16 @@ def bin_lidar(
                               float(1 << rb) / lidar.max_range, capacity], [keys, ids, total], device=wdev)
     launch(kbin.pad_keys, capacity, [keys, total, capacity], device=wdev)
     wp.utils.radix_sort_pairs(warp_view(keys), warp_view(ids), capacity, end_bit=31)
-    launch(kbin.tile_ranges, capacity, [keys, total, capacity, rb], [ranges], device=wdev)
+    overflow = torch.empty(1, dtype=torch.bool, device=device)
+    launch(kbin.tile_ranges, capacity, [keys, total, capacity, rb], [ranges, overflow], device=wdev)
     launch(k["masks"], capacity, [keys, ids, total, capacity, rb, splats, extents, tiles.warp_rect], [masks],
            device=wdev)
     launch(kbin.count_items, T, [ranges, total, capacity, fixed_chunk], [chunk, item_counts], device=wdev)
     torch.cumsum(item_counts, 0, dtype=torch.int32, out=item_offsets)
     launch(kbin.emit_items, T, [ranges, chunk, item_offsets, item_counts], [items, tile_items, num_items],
            device=wdev)
-    return LidarBins(splats, extents, ids, ranges, masks, items, tile_items, num_items, chunk, total, capacity)
+    return LidarBins(splats, extents, ids, ranges, masks, items, tile_items, num_items, chunk, total, overflow,
+                     capacity)
 
 
 def tile_work(lidar: LidarBatch, tile_ranges: torch.Tensor,  # [T, 2] int32
@@ -545,9 +548,9 @@ class _RenderLidar(torch.autograd.Function):
         tiles = lidar.tiles
         channel_f = lidar.channel_f
         bins = bin_lidar(means, quats, scales, opacities, intensities, lidar, settings)
-        splats, extents, values, ranges, items, tile_items, num_items, total, capacity = (
+        splats, extents, values, ranges, items, tile_items, num_items, total, overflow = (
             bins.splats, bins.extents, bins.ids, bins.tile_ranges, bins.items, bins.tile_items, bins.num_items,
-            bins.total, bins.capacity)
+            bins.total, bins.overflow)
         max_items = items.shape[0]
         chunk_P = torch.empty(max_items, TILE_RAYS, dtype=dtype, device=device)
         part_T = torch.empty(max_items, TILE_RAYS, dtype=dtype, device=device)
@@ -573,7 +576,6 @@ class _RenderLidar(torch.autograd.Function):
         ctx.save_for_backward(means, quats, scales, opacities, intensities, splats, values, bins.warp_masks, items,
                               num_items, tile_items, part_T, part_range, part_int, part_last, median_id, T_final)
         ctx.lidar, ctx.channel_f = lidar, channel_f
-        overflow = total > capacity
         ctx.mark_non_differentiable(splats, extents, total, overflow, ranges, items, num_items)
         return range_sum, int_sum, hit, median, splats, extents, total, overflow, ranges, items, num_items
 
