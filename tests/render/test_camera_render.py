@@ -130,32 +130,28 @@ def test_background_gradient_matches_twin_when_asked_for():
     torch.testing.assert_close(ours, ref, atol=1e-10, rtol=1e-10)
 
 
-def test_gradcheck_float64_without_depth():
-    params = make_gaussians(6, torch.float64, sh_dim=4, seed=10, spread=0.4)
+def _gradcheck_render(cams: CameraBatch, seed: int, outputs) -> bool:
+    """float64 gradcheck of the renderer on six Gaussians big enough to cover the small images;
+    ``outputs(render, w)`` picks the images (weighted per camera) the loss uses."""
+    params = make_gaussians(6, torch.float64, sh_dim=4, seed=seed, spread=0.4)
     params[2] = params[2] * 3
-    cams = make_cameras(torch.float64)
-    w = torch.randn(4, H, W, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(11))
+    w = torch.randn(len(cams), H, W, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(seed + 1))
 
     def f(means, quats, scales, opacities, sh):
-        return (render_cameras(means, quats, scales, opacities, sh, cams, sh_degree=1).rgb * w).sum(dim=(1, 2, 3))
+        return outputs(render_cameras(means, quats, scales, opacities, sh, cams, sh_degree=1), w)
 
     inputs = [p.clone().requires_grad_(True) for p in params]
-    assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
+    return torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+def test_gradcheck_float64_without_depth():
+    assert _gradcheck_render(make_cameras(torch.float64), 10, lambda out, w: (out.rgb * w).sum(dim=(1, 2, 3)))
 
 
 def test_gradcheck_float64():
     """Finite differences of the Warp renderer itself, every model and a rolling shutter."""
-    params = make_gaussians(6, torch.float64, sh_dim=4, seed=3, spread=0.4)
-    params[2] = params[2] * 3  # big enough to cover the small images
-    cams = make_cameras(torch.float64)
-    w = torch.randn(4, H, W, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
-
-    def f(means, quats, scales, opacities, sh):
-        out = render_cameras(means, quats, scales, opacities, sh, cams, sh_degree=1)
-        return (out.rgb * w).sum(dim=(1, 2, 3)), out.alpha.sum(dim=(1, 2)), out.depth.sum(dim=(1, 2))
-
-    inputs = [p.clone().requires_grad_(True) for p in params]
-    assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
+    assert _gradcheck_render(make_cameras(torch.float64), 2, lambda out, w: (
+        (out.rgb * w).sum(dim=(1, 2, 3)), out.alpha.sum(dim=(1, 2)), out.depth.sum(dim=(1, 2))))
 
 
 def pinhole_cameras(dtype) -> CameraBatch:
@@ -198,17 +194,8 @@ def test_pinhole_global_kernel_matches_twin_and_generic_kernel(dtype, rtol):
 
 
 def test_gradcheck_float64_pinhole_global():
-    params = make_gaussians(6, torch.float64, sh_dim=4, seed=5, spread=0.4)
-    params[2] = params[2] * 3
-    cams = pinhole_cameras(torch.float64)
-    w = torch.randn(3, H, W, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
-
-    def f(means, quats, scales, opacities, sh):
-        out = render_cameras(means, quats, scales, opacities, sh, cams, sh_degree=1)
-        return (out.rgb * w).sum(dim=(1, 2, 3)), out.depth.sum(dim=(1, 2))
-
-    inputs = [p.clone().requires_grad_(True) for p in params]
-    assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
+    assert _gradcheck_render(pinhole_cameras(torch.float64), 5, lambda out, w: (
+        (out.rgb * w).sum(dim=(1, 2, 3)), out.depth.sum(dim=(1, 2))))
 
 
 def test_render_memory_is_freed_without_the_garbage_collector():
