@@ -20,7 +20,8 @@ import warp as wp
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN
 from warp_kernels.modules import variant_module
 from warp_kernels.tile_binning import TILE_SIZE
-from warp_kernels.warp_lanes import lane_id, warp_any, warp_max_i32, warp_sum_f32, warp_sum_f64
+from warp_kernels.warp_lanes import (lane_id, on_cuda, warp_any, warp_max_i32, warp_sum2_f32, warp_sum2_f64,
+                                     warp_sum8_f32, warp_sum8_f64, warp_sum_f32, warp_sum_f64)
 
 # fast_math: __expf and friends in the compositing loop (the twin tests bound the difference)
 wp.set_module_options({"enable_backward": False, "fast_math": True})
@@ -29,7 +30,7 @@ TILE_PIXELS = TILE_SIZE * TILE_SIZE
 BATCH = TILE_PIXELS  # Gaussians staged in shared memory at a time (one per thread)
 
 
-def make_raster_kernels(float_t, warp_sum, launch_bounds=None):
+def make_raster_kernels(float_t, warp_sum, warp_sum2, warp_sum8, launch_bounds=None):
     """Forward and backward rasterization kernels for one float type.
 
     ``launch_bounds`` (CUDA ``__launch_bounds__``, e.g. ``(256, 3)`` for three resident
@@ -146,12 +147,10 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds=None):
             grad_rgb: wp.array3d(dtype=vec3),  # [C, H, W] dL/d out_rgb
             grad_alpha: wp.array3d(dtype=float_t),  # [C, H, W]
             grad_depth: wp.array3d(dtype=float_t),  # [C, H, W]
-            # accumulated outputs (zero-initialised), [C * N]
-            grad_means2d: wp.array(dtype=vec2),
-            grad_conics: wp.array(dtype=vec3),
-            grad_colors: wp.array(dtype=vec3),
-            grad_depths: wp.array(dtype=float_t),
-            grad_opacities: wp.array(dtype=float_t),
+            num_splats: int,  # S = C * N
+            # accumulated output (zero-initialised), [10 S]: the gradients of means2d [S, 2], conics
+            # [S, 3], colours [S, 3], depths [S] and opacities [S], one after the other
+            grad: wp.array(dtype=float_t),
         ):
             tile, lane = wp.tid()
             c, px, py = pixel_of(tile, lane, tiles_x, tiles_per_cam)
@@ -229,21 +228,40 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds=None):
                                                float_t(0.5) * dy * dy * d_sigma)
                                 d_mean = vec2((q[0] * dx + q[1] * dy) * d_sigma, (q[1] * dx + q[2] * dy) * d_sigma)
                     if warp_any(active) != 0:
-                        d_mean = vec2(warp_sum(d_mean[0]), warp_sum(d_mean[1]))
-                        d_conic = vec3(warp_sum(d_conic[0]), warp_sum(d_conic[1]), warp_sum(d_conic[2]))
-                        d_color = vec3(warp_sum(d_color[0]), warp_sum(d_color[1]), warp_sum(d_color[2]))
-                        if wp.static(depth_grad):
-                            d_depth = warp_sum(d_depth)
-                        d_opacity = warp_sum(d_opacity)
-                        # lane 0 holds the warp's sums on CUDA; on the CPU every thread is its own lane 0
-                        if lane32 == 0:
-                            f = wp.tile_extract(ids, k)
-                            wp.atomic_add(grad_means2d, f, d_mean)
-                            wp.atomic_add(grad_conics, f, d_conic)
-                            wp.atomic_add(grad_colors, f, d_color)
+                        f = wp.tile_extract(ids, k)
+                        S = num_splats
+                        if on_cuda() != 0:
+                            # means2d, conic and colour: eight sums in one transposed butterfly; the
+                            # sum of value s lands in lane 4s, and one atomic instruction adds all eight
+                            g8 = warp_sum8(d_mean[0], d_mean[1], d_conic[0], d_conic[1], d_conic[2],
+                                           d_color[0], d_color[1], d_color[2])
+                            if lane32 & 3 == 0:
+                                v = lane32 >> 2
+                                at = 2 * f + v  # means2d
+                                if v >= 5:
+                                    at = 5 * S + 3 * f + v - 5  # colours
+                                elif v >= 2:
+                                    at = 2 * S + 3 * f + v - 2  # conics
+                                wp.atomic_add(grad, at, g8)
                             if wp.static(depth_grad):
-                                wp.atomic_add(grad_depths, f, d_depth)
-                            wp.atomic_add(grad_opacities, f, d_opacity)
+                                g2 = warp_sum2(d_opacity, d_depth)  # opacity in lane 0, depth in lane 16
+                                if lane32 == 0:
+                                    wp.atomic_add(grad, 9 * S + f, g2)
+                                if lane32 == 16:
+                                    wp.atomic_add(grad, 8 * S + f, g2)
+                            else:
+                                g1 = warp_sum(d_opacity)
+                                if lane32 == 0:
+                                    wp.atomic_add(grad, 9 * S + f, g1)
+                        else:  # on the CPU every thread is a warp of its own
+                            for e in range(2):
+                                wp.atomic_add(grad, 2 * f + e, d_mean[e])
+                            for e in range(3):
+                                wp.atomic_add(grad, 2 * S + 3 * f + e, d_conic[e])
+                                wp.atomic_add(grad, 5 * S + 3 * f + e, d_color[e])
+                            if wp.static(depth_grad):
+                                wp.atomic_add(grad, 8 * S + f, d_depth)
+                            wp.atomic_add(grad, 9 * S + f, d_opacity)
 
         return rasterize_backward
 
@@ -252,6 +270,6 @@ def make_raster_kernels(float_t, warp_sum, launch_bounds=None):
 
 # the backward with and without the depth image's gradient
 rasterize_forward_f32, rasterize_backward_f32, rasterize_backward_nodepth_f32 = make_raster_kernels(
-    wp.float32, warp_sum_f32)
+    wp.float32, warp_sum_f32, warp_sum2_f32, warp_sum8_f32)
 rasterize_forward_f64, rasterize_backward_f64, rasterize_backward_nodepth_f64 = make_raster_kernels(
-    wp.float64, warp_sum_f64)
+    wp.float64, warp_sum_f64, warp_sum2_f64, warp_sum8_f64)

@@ -72,3 +72,124 @@ return x;
 def warp_sum_f64(x: wp.float64) -> wp.float64:
     """Sum of x over the warp, valid in lane 0."""
     ...
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+return 1;
+#else
+return 0;
+#endif
+""")
+def on_cuda() -> int:
+    """1 in CUDA code, 0 in CPU code: picks the warp-level path at compile time (uniform branch)."""
+    ...
+
+
+# Eight sums over a warp at once by a transposed butterfly: at each of the first three steps a
+# lane keeps half of its values and trades the other half with its partner, so the values
+# halve as the lanes summed double. 4 + 2 + 1 + 1 + 1 = 9 shuffles instead of 8 x 5 = 40, and
+# the sums end up in eight lanes (lane 4s holds value s), which then add them with one
+# atomic instruction instead of eight.
+_SUM8 = """
+#if defined(__CUDA_ARCH__)
+const unsigned all = 0xffffffffu;
+const int l = threadIdx.x & 31;
+const bool h16 = (l & 16) != 0, h8 = (l & 8) != 0, h4 = (l & 4) != 0;
+T s0 = h16 ? a4 : a0, s1 = h16 ? a5 : a1, s2 = h16 ? a6 : a2, s3 = h16 ? a7 : a3;
+s0 += __shfl_xor_sync(all, h16 ? a0 : a4, 16);
+s1 += __shfl_xor_sync(all, h16 ? a1 : a5, 16);
+s2 += __shfl_xor_sync(all, h16 ? a2 : a6, 16);
+s3 += __shfl_xor_sync(all, h16 ? a3 : a7, 16);
+T u0 = h8 ? s2 : s0, u1 = h8 ? s3 : s1;
+u0 += __shfl_xor_sync(all, h8 ? s0 : s2, 8);
+u1 += __shfl_xor_sync(all, h8 ? s1 : s3, 8);
+T w = h4 ? u1 : u0;
+w += __shfl_xor_sync(all, h4 ? u0 : u1, 4);
+w += __shfl_xor_sync(all, w, 2);
+w += __shfl_xor_sync(all, w, 1);
+return w;
+#else
+return a0;
+#endif
+"""
+
+
+@wp.func_native(_SUM8.replace("T ", "float "))
+def warp_sum8_f32(a0: wp.float32, a1: wp.float32, a2: wp.float32, a3: wp.float32, a4: wp.float32,
+                  a5: wp.float32, a6: wp.float32, a7: wp.float32) -> wp.float32:
+    """CUDA: the warp's sum of value ``a{s}`` lands in lane 4s (s = lane >> 2 where lane % 4 == 0;
+    other lanes hold partial sums). Reached by all 32 lanes. CPU: unused (returns a0)."""
+    ...
+
+
+@wp.func_native(_SUM8.replace("T ", "double "))
+def warp_sum8_f64(a0: wp.float64, a1: wp.float64, a2: wp.float64, a3: wp.float64, a4: wp.float64,
+                  a5: wp.float64, a6: wp.float64, a7: wp.float64) -> wp.float64:
+    """float64 ``warp_sum8_f32``."""
+    ...
+
+
+_SUM2 = """
+#if defined(__CUDA_ARCH__)
+const unsigned all = 0xffffffffu;
+const bool h16 = (threadIdx.x & 16) != 0;
+T s = h16 ? b : a;
+s += __shfl_xor_sync(all, h16 ? a : b, 16);
+for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(all, s, o);
+return s;
+#else
+return a;
+#endif
+"""
+
+
+@wp.func_native(_SUM2.replace("T ", "float "))
+def warp_sum2_f32(a: wp.float32, b: wp.float32) -> wp.float32:
+    """CUDA: the warp's sum of ``a`` in lane 0 and of ``b`` in lane 16 (5 shuffles for both).
+    Reached by all 32 lanes. CPU: unused (returns a)."""
+    ...
+
+
+@wp.func_native(_SUM2.replace("T ", "double "))
+def warp_sum2_f64(a: wp.float64, b: wp.float64) -> wp.float64:
+    """float64 ``warp_sum2_f32``."""
+    ...
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+return 32;
+#else
+return 1;
+#endif
+""")
+def warp_width() -> int:
+    """Lanes of a warp: 32 on CUDA, 1 on the CPU (where every thread is a warp of its own)."""
+    ...
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+return (int)__ballot_sync(0xffffffffu, pred != 0);
+#else
+return pred != 0 ? 1 : 0;
+#endif
+""")
+def warp_ballot(pred: int) -> int:
+    """Bit l set where lane l passes a non-zero pred (a warp-uniform value). Reached by all 32 lanes."""
+    ...
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+return __ffs(m) - 1;
+#else
+int b = 0;
+while (b < 32 && ((((unsigned)m) >> b) & 1u) == 0u) ++b;
+return b < 32 ? b : -1;
+#endif
+""")
+def lowest_bit(m: int) -> int:
+    """Index of the lowest set bit of m (-1 when m is 0)."""
+    ...

@@ -163,8 +163,12 @@ def _kernels(dtype: torch.dtype, pinhole_global: bool = False):
 def _split(make, shapes: list[tuple], dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
     """Contiguous tensors of these shapes carved from one ``make`` (torch.zeros or torch.empty)
     allocation: one allocation and one fill instead of one each (a render makes dozens)."""
+    return _carve(make(sum(math.prod(shape) for shape in shapes), dtype=dtype, device=device), shapes)
+
+
+def _carve(flat: torch.Tensor, shapes: list[tuple]) -> list[torch.Tensor]:
+    """Views of consecutive parts of a 1-d tensor, of these shapes."""
     sizes = [math.prod(shape) for shape in shapes]
-    flat = make(sum(sizes), dtype=dtype, device=device)
     return [part.view(shape) for part, shape in zip(flat.split(sizes), shapes)]
 
 
@@ -263,8 +267,10 @@ class _RenderCameras(torch.autograd.Function):
             raster_bwd, grad_depth = raster_bwd_nodepth, alpha  # (an image the kernel does not read)
         else:
             grad_depth = grad_depth.contiguous()
-        g_means2d, g_conics, g_colors, g_depths, g_opacities2d = _split(
-            torch.zeros, [(c, n, 2), (c, n, 3), (c, n, 3), (c, n), (c, n)], dtype, device)
+        # the rasterizer's gradients, one after the other in one buffer (it adds into them by offset)
+        g_raster = torch.zeros(10 * c * n, dtype=dtype, device=device)
+        g_means2d, g_conics, g_colors, g_depths, g_opacities2d = _carve(
+            g_raster, [(c, n, 2), (c, n, 3), (c, n, 3), (c, n), (c, n)])
         # the hand-written pinhole backward writes every Gaussian's gradient; Warp's adjoint adds to them
         make = torch.empty_like if cams.pinhole_global else torch.zeros_like
         g_means, g_quats, g_scales = make(means), make(quats), make(scales)
@@ -273,7 +279,7 @@ class _RenderCameras(torch.autograd.Function):
         launch(raster_bwd, [c * tiles_x * tiles_y],
                [ranges, values, *_per_splat((means2d, conics, colors, depths, opacities2d)), background, tiles_x,
                 tiles_x * tiles_y, w, h, alpha, last, grad_rgb, grad_alpha, grad_depth],
-               _per_splat((g_means2d, g_conics, g_colors, g_depths, g_opacities2d)), device=wdev,
+               [c * n, g_raster], device=wdev,
                block_dim=kraster.TILE_PIXELS, tiled=True)
         g_dirs = torch.zeros(c, n, 3, dtype=dtype, device=device)
         if ctx.sh_degree < 0:

@@ -605,7 +605,7 @@ class _RenderLidar(torch.autograd.Function):
         launch(k["bwd"], [items.shape[0]],
                [items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W, values, splats,
                 warp_masks, tile_items, part_T, part_range, part_int, part_last, T_final, *grads[:3]],
-               [g_splats], device=wdev, block_dim=TILE_RAYS, tiled=True)
+               [g_splats.view(-1)], device=wdev, block_dim=TILE_RAYS, tiled=True)
         if n:
             # Projection backward: Warp's adjoint of the projection kernel, fed the raster's gradients.
             scratch = [torch.empty_like(splats), torch.empty(n, 2, dtype=dtype, device=device)]
