@@ -15,13 +15,15 @@ exist so tests can run float64 gradient checks (in a module of their own, see
 ``warp_kernels.modules``).
 
 Kernels:
-  * :data:`interpolate_forward`: one thread per output Gaussian, static ones first.
+  * :data:`actor_poses`: one thread per actor, its pose at t (key search, slerp, lerp); launched
+    first, and with ``adjoint=True`` to carry the actor-pose gradients to the per-key pose
+    corrections (one thread per actor owns its keys, so its atomics never contend).
+  * :data:`interpolate_forward`: one thread per output Gaussian, static ones first; an actor
+    Gaussian reads its actor's pose. (Each thread searching its track itself cost 64 registers
+    and ~850 instructions per warp of actor Gaussians: benchmarks/RESULTS.md, interp.)
   * :data:`interpolate_backward_actors`: one thread per actor Gaussian, hand-written gradients of
     the per-Gaussian transform, and a per-block reduction of the actor-pose gradients before the
     atomics (Gaussians of one actor sit next to each other, so most blocks hold one actor).
-  * :data:`actor_poses`: one thread per actor; launched forward for the poses alone, and with
-    ``adjoint=True`` to carry the actor-pose gradients to the per-key pose corrections (one
-    thread per actor owns its keys, so its atomics never contend).
 """
 
 from __future__ import annotations
@@ -181,20 +183,15 @@ def track_pose(
 
 @wp.kernel(enable_backward=False)
 def interpolate_forward(
-    t: wp.array(dtype=Any),  # [1] query time, seconds
     num_static: int,
     static_means: wp.array(dtype=Any),  # [Ns] vec3
     static_quats: wp.array(dtype=Any),  # [Ns] vec4 (w, x, y, z)
     actor_means: wp.array(dtype=Any),  # [Na] vec3, box frame
     actor_quats: wp.array(dtype=Any),  # [Na] vec4 (w, x, y, z), box frame
     actor_index: wp.array(dtype=wp.int32),  # [Na]
-    key_offsets: wp.array(dtype=wp.int32),  # [A+1]
-    key_times: wp.array(dtype=Any),  # [K]
-    key_translations: wp.array(dtype=Any),  # [K] vec3
-    key_quats: wp.array(dtype=Any),  # [K] vec4 (w, x, y, z)
-    corr_translations: wp.array(dtype=Any),  # [K] vec3 or empty
-    corr_rotations: wp.array(dtype=Any),  # [K] vec3 or empty
-    has_corr: int,
+    pose_quats: wp.array(dtype=Any),  # [A] vec4 (w, x, y, z), from actor_poses
+    pose_translations: wp.array(dtype=Any),  # [A] vec3
+    pose_visible: wp.array(dtype=Any),  # [A] 1 or 0
     out_means: wp.array(dtype=Any),  # [Ns+Na] vec3, world
     out_quats: wp.array(dtype=Any),  # [Ns+Na] vec4 (w, x, y, z), world
     out_visible: wp.array(dtype=Any),  # [Ns+Na] 1 or 0
@@ -207,17 +204,14 @@ def interpolate_forward(
     else:
         j = i - num_static
         a = actor_index[j]
-        num_actors = key_offsets.shape[0] - 1
         qv = actor_quats[j]
         m = actor_means[j]
         vis = type(qv[0])(0.0)
-        if a >= 0 and a < num_actors:
-            q, p, vis = track_pose(
-                t[0], a, key_offsets, key_times, key_translations, key_quats,
-                corr_translations, corr_rotations, has_corr,
-            )  # fmt: skip
-            m = wp.quat_rotate(q, m) + p
+        if a >= 0 and a < pose_visible.shape[0]:
+            q = load_quat(pose_quats[a])
+            m = wp.quat_rotate(q, m) + pose_translations[a]
             qv = store_quat(q * load_quat(qv))
+            vis = pose_visible[a]
         out_means[i] = m
         out_quats[i] = qv
         out_visible[i] = vis
@@ -225,19 +219,12 @@ def interpolate_forward(
 
 @wp.kernel(enable_backward=False)
 def interpolate_backward_actors(
-    t: wp.array(dtype=Any),  # [1]
     num_static: int,
     num_actor_gaussians: int,
     actor_means: wp.array(dtype=Any),  # [Na] vec3
     actor_quats: wp.array(dtype=Any),  # [Na] vec4 (w, x, y, z)
     actor_index: wp.array(dtype=wp.int32),  # [Na]
-    key_offsets: wp.array(dtype=wp.int32),  # [A+1]
-    key_times: wp.array(dtype=Any),  # [K]
-    key_translations: wp.array(dtype=Any),  # [K] vec3
-    key_quats: wp.array(dtype=Any),  # [K] vec4
-    corr_translations: wp.array(dtype=Any),  # [K] vec3 or empty
-    corr_rotations: wp.array(dtype=Any),  # [K] vec3 or empty
-    has_corr: int,
+    pose_quats: wp.array(dtype=Any),  # [A] vec4 (w, x, y, z), the forward's actor_poses
     grad_out_means: wp.array(dtype=Any),  # [Ns+Na] vec3
     grad_out_quats: wp.array(dtype=Any),  # [Ns+Na] vec4
     accumulate_pose: int,
@@ -252,18 +239,15 @@ def interpolate_backward_actors(
     reduction needs every thread of a block.
     """
     j = wp.tid()
-    num_actors = key_offsets.shape[0] - 1
-    zero = type(t[0])(0.0)
+    num_actors = pose_quats.shape[0]
+    zero = type(grad_out_means[0][0])(0.0)
     gq_pose = wp.vector(zero, zero, zero, zero)  # dL/d(pose quaternion), (w, x, y, z)
     gp_pose = wp.vector(zero, zero, zero)  # dL/d(pose translation)
     a = -1
     if j < num_actor_gaussians:
         a = actor_index[j]
         if a >= 0 and a < num_actors:
-            q, p, vis = track_pose(
-                t[0], a, key_offsets, key_times, key_translations, key_quats,
-                corr_translations, corr_rotations, has_corr,
-            )  # fmt: skip
+            q = load_quat(pose_quats[a])
             m = actor_means[j]
             ql = load_quat(actor_quats[j])
             gm = grad_out_means[num_static + j]
@@ -382,14 +366,15 @@ def _declare_overloads(scalar: type) -> None:
     found["interpolate_forward"] = wp.overload(
         forward,
         {
-            "t": s,
             "num_static": int,
             "static_means": v3,
             "static_quats": v4,
             "actor_means": v3,
             "actor_quats": v4,
             "actor_index": i32,
-            **keys,
+            "pose_quats": v4,
+            "pose_translations": v3,
+            "pose_visible": s,
             "out_means": v3,
             "out_quats": v4,
             "out_visible": s,
@@ -398,13 +383,12 @@ def _declare_overloads(scalar: type) -> None:
     found["interpolate_backward_actors"] = wp.overload(
         backward_actors,
         {
-            "t": s,
             "num_static": int,
             "num_actor_gaussians": int,
             "actor_means": v3,
             "actor_quats": v4,
             "actor_index": i32,
-            **keys,
+            "pose_quats": v4,
             "grad_out_means": v3,
             "grad_out_quats": v4,
             "accumulate_pose": int,

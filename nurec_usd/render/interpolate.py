@@ -247,9 +247,18 @@ def _track_arrays(tracks: TrackKeys, corr_t, corr_w) -> list:
     ]
 
 
+def _actor_pose_buffers(A: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Rotations (w, x, y, z) [A, 4], translations [A, 3] and visibility [A] of the actors' poses,
+    carved from one allocation."""
+    flat = torch.empty(8 * A, dtype=dtype, device=device)
+    return flat[: 4 * A].view(A, 4), flat[4 * A : 7 * A].view(A, 3), flat[7 * A :]
+
+
 def _query_time(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     # A device-side cast and reshape: no synchronisation; the kernel reads t[0].
-    return t.detach().reshape(1).to(dtype).contiguous()
+    if t.ndim == 1 and t.dtype is dtype:
+        return t.detach()  # already what the kernel reads (one element, checked)
+    return t.detach().reshape(1).to(dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,27 +280,21 @@ class _InterpolateGaussians(torch.autograd.Function):
         tracks: TrackKeys,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         dtype, device = static_means.dtype, static_means.device
-        Ns, Na = static_means.shape[0], actor_means.shape[0]
+        Ns, Na, A = static_means.shape[0], actor_means.shape[0], tracks.num_actors
         out_means = torch.empty(Ns + Na, 3, dtype=dtype, device=device)
         out_quats = torch.empty(Ns + Na, 4, dtype=dtype, device=device)
         out_vis = torch.empty(Ns + Na, dtype=dtype, device=device)
+        # every actor's pose at t first (one thread per actor), which its Gaussians then read
+        pose_quats, pose_trans, pose_vis = _actor_pose_buffers(A if Na > 0 else 0, dtype, device)
+        if pose_vis.shape[0] > 0:
+            _launch("actor_poses", dtype, device, A,
+                    [t, *_track_arrays(tracks, corr_t, corr_w), pose_quats, pose_trans, pose_vis])
         if Ns + Na > 0:
-            inputs = [
-                t,
-                Ns,
-                static_means,
-                static_quats,
-                actor_means,
-                actor_quats,
-                actor_index,
-                *_track_arrays(tracks, corr_t, corr_w),
-                out_means,
-                out_quats,
-                out_vis,
-            ]
+            inputs = [Ns, static_means, static_quats, actor_means, actor_quats, actor_index, pose_quats, pose_trans,
+                      pose_vis, out_means, out_quats, out_vis]
             _launch("interpolate_forward", dtype, device, Ns + Na, inputs)
         ctx.mark_non_differentiable(out_vis)
-        ctx.save_for_backward(t, actor_means, actor_quats, corr_t, corr_w, actor_index)
+        ctx.save_for_backward(t, actor_means, actor_quats, corr_t, corr_w, actor_index, pose_quats)
         ctx.tracks = tracks
         ctx.num_static = Ns
         return out_means, out_quats, out_vis
@@ -299,7 +302,7 @@ class _InterpolateGaussians(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_means: torch.Tensor, g_quats: torch.Tensor, _g_vis: torch.Tensor):
-        t, actor_means, actor_quats, corr_t, corr_w, actor_index = ctx.saved_tensors
+        t, actor_means, actor_quats, corr_t, corr_w, actor_index, pose_quats = ctx.saved_tensors
         tracks: TrackKeys = ctx.tracks
         Ns, Na, A = ctx.num_static, actor_means.shape[0], tracks.num_actors
         need = ctx.needs_input_grad
@@ -333,13 +336,12 @@ class _InterpolateGaussians(torch.autograd.Function):
                 device,
                 (Na + block - 1) // block * block,  # whole blocks: the block reduction needs them
                 [
-                    t,
                     Ns,
                     Na,
                     actor_means,
                     actor_quats,
                     actor_index,
-                    *keys,
+                    pose_quats,
                     g_means,
                     g_quats,
                     int(need_pose),
@@ -417,13 +419,13 @@ def _check_inputs(
         expected.append(("pose_corrections.translations", pose_corrections[0], K, 3))
         expected.append(("pose_corrections.rotations", pose_corrections[1], K, 3))
     for name, x, rows, cols in expected:
-        if not isinstance(x, torch.Tensor) or tuple(x.shape) != (rows, cols):
+        if not isinstance(x, torch.Tensor) or x.shape != (rows, cols):
             raise ValueError(f"{name} must have shape [{rows}, {cols}], got {_shape(x)}")
         if x.dtype != dtype:
             raise ValueError(f"{name} must have the dtype of the tracks ({dtype}), got {x.dtype}")
         if x.device != device:
             raise ValueError(f"{name} is on {x.device}, the tracks on {device}")
-    if not isinstance(actor_index, torch.Tensor) or tuple(actor_index.shape) != (Na,):
+    if not isinstance(actor_index, torch.Tensor) or actor_index.shape != (Na,):
         raise ValueError(f"actor_index must have shape [{Na}], got {_shape(actor_index)}")
     if actor_index.dtype != torch.int32:
         raise ValueError(f"actor_index must be int32, got {actor_index.dtype}")
@@ -504,9 +506,7 @@ def actor_poses(
     _check_inputs(t, empty3, empty4, empty3, empty4, index, tracks, pose_corrections)
     A, dtype, device = tracks.num_actors, tracks.dtype, tracks.device
     corr_t, corr_w = (None, None) if pose_corrections is None else (x.contiguous() for x in pose_corrections)
-    quats = torch.empty(A, 4, dtype=dtype, device=device)
-    trans = torch.empty(A, 3, dtype=dtype, device=device)
-    vis = torch.empty(A, dtype=dtype, device=device)
+    quats, trans, vis = _actor_pose_buffers(A, dtype, device)
     if A > 0:
         inputs = [_query_time(t, dtype), *_track_arrays(tracks, corr_t, corr_w)]
         _launch("actor_poses", dtype, device, A, inputs + [quats, trans, vis])

@@ -148,8 +148,12 @@ def launch(kernel, dim, inputs: list, outputs: list = (), *, device: wp.context.
     for j, a in enumerate(args):
         kind = kinds[j]
         if kind == "array":
-            # the common case inline: a tensor of the slot's last shape and dtype
-            if isinstance(a, torch.Tensor) and keys[j] == (a.shape, a.dtype) and a.is_contiguous():
+            # the common cases inline: a tensor of the slot's last shape and dtype; None again
+            key = keys[j]
+            if key is None:
+                if a is not None:
+                    cmd.set_array(j, a)
+            elif isinstance(a, torch.Tensor) and a.dtype is key[1] and a.shape == key[0] and a.is_contiguous():
                 slots[j].data = a.data_ptr()
             else:
                 cmd.set_array(j, a)
@@ -198,11 +202,12 @@ def warp_device(device: torch.device) -> wp.context.Device:
     init_warp()
     if device.type != "cuda":
         return wp.device_from_torch(device)
-    stream = torch.cuda.current_stream(device)
-    key = (stream.device.index, stream.cuda_stream)  # the default stream's handle is 0 on every device
+    index = torch.cuda.current_device() if device.index is None else device.index
+    # the raw handle, not torch.cuda.current_stream(): that builds a Stream object per call
+    key = (index, torch._C._cuda_getCurrentRawStream(index))  # the default stream's handle is 0 on every device
     warp_stream = _streams.get(key)
     if warp_stream is None:
-        warp_stream = _streams[key] = wp.stream_from_torch(stream)
+        warp_stream = _streams[key] = wp.stream_from_torch(torch.cuda.current_stream(index))
     wdev = warp_stream.device
     if wdev.stream is not warp_stream:
         # ordered after the previous stream's work; not while torch captures a CUDA graph, where
