@@ -202,6 +202,7 @@ def _shape(x: object) -> object:
 
 
 _kernels = None  # the module warp_kernels.interpolate, imported on first use
+_warp_torch = None  # the module nurec_usd.render.warp_torch, likewise
 _overloads: dict[tuple[str, torch.dtype], object] = {}  # (kernel name, dtype) -> concrete kernel
 
 
@@ -215,6 +216,10 @@ def _warp():
 
         init_warp()
         import warp_kernels.interpolate as kernels
+        from nurec_usd.render import warp_torch
+
+        global _warp_torch
+        _warp_torch = warp_torch
 
         for torch_dtype, scalar in ((torch.float32, wp.float32), (torch.float64, wp.float64)):
             for name, ovl in kernels.overloads(scalar).items():
@@ -229,10 +234,9 @@ def _launch(name: str, dtype: torch.dtype, device: torch.device, dim: int, input
     Host time matters here (a launch per training step): kernels are the concrete overloads
     (no type inference per call) and launches are replayed (``warp_torch.launch``).
     """
-    from nurec_usd.render.warp_torch import launch, warp_device
-
-    _warp()
-    launch(_overloads[name, dtype], dim, inputs, device=warp_device(device), **kwargs)
+    if _kernels is None:
+        _warp()
+    _warp_torch.launch(_overloads[name, dtype], dim, inputs, device=_warp_torch.warp_device(device), **kwargs)
 
 
 def _track_arrays(tracks: TrackKeys, corr_t, corr_w) -> list:
@@ -247,18 +251,10 @@ def _track_arrays(tracks: TrackKeys, corr_t, corr_w) -> list:
     ]
 
 
-def _actor_pose_buffers(A: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """Rotations (w, x, y, z) [A, 4], translations [A, 3] and visibility [A] of the actors' poses,
-    carved from one allocation."""
-    flat = torch.empty(8 * A, dtype=dtype, device=device)
-    return flat[: 4 * A].view(A, 4), flat[4 * A : 7 * A].view(A, 3), flat[7 * A :]
-
-
 def _query_time(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    # A device-side cast and reshape: no synchronisation; the kernel reads t[0].
-    if t.ndim == 1 and t.dtype is dtype:
-        return t.detach()  # already what the kernel reads (one element, checked)
-    return t.detach().reshape(1).to(dtype)
+    # The kernels read t[0] (a 0-dim tensor passes as a one-element array); a cast, when one is
+    # needed, runs on the device: no synchronisation.
+    return t if t.dtype is dtype else t.detach().to(dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,23 +274,23 @@ class _InterpolateGaussians(torch.autograd.Function):
         corr_w: torch.Tensor | None,  # [K, 3]
         actor_index: torch.Tensor,  # [Na] int32
         tracks: TrackKeys,
+        poses: tuple[torch.Tensor, torch.Tensor, torch.Tensor],  # the actors' poses at t, queued by
+        # interpolate_gaussians: quaternions [A, 4], translations [A, 3], visibility [A] (a tuple,
+        # not tensor arguments: they need no gradient, and autograd's per-tensor work costs host time)
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        pose_quats, pose_trans, pose_vis = poses
         dtype, device = static_means.dtype, static_means.device
-        Ns, Na, A = static_means.shape[0], actor_means.shape[0], tracks.num_actors
+        Ns, Na = static_means.shape[0], actor_means.shape[0]
         out_means = torch.empty(Ns + Na, 3, dtype=dtype, device=device)
         out_quats = torch.empty(Ns + Na, 4, dtype=dtype, device=device)
         out_vis = torch.empty(Ns + Na, dtype=dtype, device=device)
-        # every actor's pose at t first (one thread per actor), which its Gaussians then read
-        pose_quats, pose_trans, pose_vis = _actor_pose_buffers(A if Na > 0 else 0, dtype, device)
-        if pose_vis.shape[0] > 0:
-            _launch("actor_poses", dtype, device, A,
-                    [t, *_track_arrays(tracks, corr_t, corr_w), pose_quats, pose_trans, pose_vis])
         if Ns + Na > 0:
             inputs = [Ns, static_means, static_quats, actor_means, actor_quats, actor_index, pose_quats, pose_trans,
                       pose_vis, out_means, out_quats, out_vis]
             _launch("interpolate_forward", dtype, device, Ns + Na, inputs)
         ctx.mark_non_differentiable(out_vis)
-        ctx.save_for_backward(t, actor_means, actor_quats, corr_t, corr_w, actor_index, pose_quats)
+        ctx.save_for_backward(t, actor_means, actor_quats, corr_t, corr_w, actor_index)
+        ctx.pose_quats = pose_quats  # a function input, not an output: no reference cycle
         ctx.tracks = tracks
         ctx.num_static = Ns
         return out_means, out_quats, out_vis
@@ -302,7 +298,8 @@ class _InterpolateGaussians(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_means: torch.Tensor, g_quats: torch.Tensor, _g_vis: torch.Tensor):
-        t, actor_means, actor_quats, corr_t, corr_w, actor_index, pose_quats = ctx.saved_tensors
+        t, actor_means, actor_quats, corr_t, corr_w, actor_index = ctx.saved_tensors
+        pose_quats = ctx.pose_quats
         tracks: TrackKeys = ctx.tracks
         Ns, Na, A = ctx.num_static, actor_means.shape[0], tracks.num_actors
         need = ctx.needs_input_grad
@@ -379,24 +376,18 @@ class _InterpolateGaussians(torch.autograd.Function):
                 g_corr_t = None
             if not need[6]:
                 g_corr_w = None
-        return None, g_static_means, g_static_quats, g_actor_means, g_actor_quats, g_corr_t, g_corr_w, None, None
+        return None, g_static_means, g_static_quats, g_actor_means, g_actor_quats, g_corr_t, g_corr_w, None, None, None
 
 
 # ---------------------------------------------------------------------------------------------
 # Public API
 
 
-def _check_inputs(
-    t: torch.Tensor,
-    static_means: torch.Tensor,
-    static_quats: torch.Tensor,
-    actor_means: torch.Tensor,
-    actor_quats: torch.Tensor,
-    actor_index: torch.Tensor,
-    tracks: TrackKeys,
-    pose_corrections: tuple[torch.Tensor, torch.Tensor] | None,
+def _check_tracks_inputs(
+    t: torch.Tensor, tracks: TrackKeys, pose_corrections: tuple[torch.Tensor, torch.Tensor] | None
 ) -> None:
-    """Shapes, dtypes and devices only: nothing here reads device memory."""
+    """The query time, the tracks and the pose corrections: shapes, dtypes and devices only
+    (nothing here reads device memory)."""
     if not isinstance(tracks, TrackKeys):
         raise ValueError(f"tracks must be a TrackKeys, got {type(tracks).__name__}")
     dtype, device = tracks.dtype, tracks.device
@@ -406,18 +397,16 @@ def _check_inputs(
         raise ValueError(f"t must be a float tensor, got {t.dtype}")
     if t.device != device:
         raise ValueError(f"t is on {t.device}, the tracks on {device}")
-    Ns, Na, K = static_means.shape[0], actor_means.shape[0], tracks.num_keys
-    expected = [
-        ("static_means", static_means, Ns, 3),
-        ("static_quats", static_quats, Ns, 4),
-        ("actor_means", actor_means, Na, 3),
-        ("actor_quats", actor_quats, Na, 4),
-    ]
     if pose_corrections is not None:
         if not isinstance(pose_corrections, (tuple, list)) or len(pose_corrections) != 2:
             raise ValueError("pose_corrections must be (translations [K, 3], rotations [K, 3])")
-        expected.append(("pose_corrections.translations", pose_corrections[0], K, 3))
-        expected.append(("pose_corrections.rotations", pose_corrections[1], K, 3))
+        K = tracks.num_keys
+        _check_rows([("pose_corrections.translations", pose_corrections[0], K, 3),
+                     ("pose_corrections.rotations", pose_corrections[1], K, 3)], dtype, device)
+
+
+def _check_rows(expected: list, dtype: torch.dtype, device: torch.device) -> None:
+    """Each (name, tensor, rows, cols) has that shape, the tracks' dtype and their device."""
     for name, x, rows, cols in expected:
         if not isinstance(x, torch.Tensor) or x.shape != (rows, cols):
             raise ValueError(f"{name} must have shape [{rows}, {cols}], got {_shape(x)}")
@@ -425,12 +414,41 @@ def _check_inputs(
             raise ValueError(f"{name} must have the dtype of the tracks ({dtype}), got {x.dtype}")
         if x.device != device:
             raise ValueError(f"{name} is on {x.device}, the tracks on {device}")
+
+
+def _check_gaussians(
+    static_means: torch.Tensor,
+    static_quats: torch.Tensor,
+    actor_means: torch.Tensor,
+    actor_quats: torch.Tensor,
+    actor_index: torch.Tensor,
+    tracks: TrackKeys,
+) -> None:
+    """The Gaussians' tensors against each other and the tracks: shapes, dtypes, devices."""
+    dtype, device = tracks.dtype, tracks.device
+    for name, x in (("static_means", static_means), ("actor_means", actor_means)):
+        if not isinstance(x, torch.Tensor) or x.ndim != 2:
+            raise ValueError(f"{name} must have shape [N, 3], got {_shape(x)}")
+    Ns, Na = static_means.shape[0], actor_means.shape[0]
+    _check_rows([("static_means", static_means, Ns, 3), ("static_quats", static_quats, Ns, 4),
+                 ("actor_means", actor_means, Na, 3), ("actor_quats", actor_quats, Na, 4)], dtype, device)
     if not isinstance(actor_index, torch.Tensor) or actor_index.shape != (Na,):
         raise ValueError(f"actor_index must have shape [{Na}], got {_shape(actor_index)}")
     if actor_index.dtype != torch.int32:
         raise ValueError(f"actor_index must be int32, got {actor_index.dtype}")
     if actor_index.device != device:
         raise ValueError(f"actor_index is on {actor_index.device}, the tracks on {device}")
+
+
+def _queue_actor_poses(t: torch.Tensor, tracks: TrackKeys, corr_t: torch.Tensor | None,
+                       corr_w: torch.Tensor | None, A: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launch the A actors' poses at t (``t`` as the kernels read it) into new buffers."""
+    dtype, device = tracks.dtype, tracks.device
+    quats, trans, vis = (torch.empty(A, 4, dtype=dtype, device=device), torch.empty(A, 3, dtype=dtype, device=device),
+                         torch.empty(A, dtype=dtype, device=device))
+    if A > 0:
+        _launch("actor_poses", dtype, device, A, [t, *_track_arrays(tracks, corr_t, corr_w), quats, trans, vis])
+    return quats, trans, vis
 
 
 def interpolate_gaussians(
@@ -465,20 +483,18 @@ def interpolate_gaussians(
         quats: world rotations (w, x, y, z), norms kept.  # [Ns+Na, 4]
         visible: opacity multiplier, 1 or 0 (actors outside their track's time range).  # [Ns+Na]
     """
-    _check_inputs(t, static_means, static_quats, actor_means, actor_quats, actor_index, tracks, pose_corrections)
-    corr_t, corr_w = (None, None) if pose_corrections is None else pose_corrections
+    _check_tracks_inputs(t, tracks, pose_corrections)
     # The kernels read rows in place: make them contiguous (no-ops for the usual tensors).
-    c = lambda x: None if x is None else x.contiguous()  # noqa: E731
+    corr_t, corr_w = (None, None) if pose_corrections is None else (x.contiguous() for x in pose_corrections)
+    t = _query_time(t, tracks.dtype)
+    # The actors' poses are queued first, so that the GPU computes them (a chain of dependent
+    # reads, ~20 us on an H200) while the host checks and prepares the Gaussians' launch.
+    has_actors = isinstance(actor_means, torch.Tensor) and actor_means.ndim == 2 and actor_means.shape[0] > 0
+    poses = _queue_actor_poses(t, tracks, corr_t, corr_w, tracks.num_actors if has_actors else 0)
+    _check_gaussians(static_means, static_quats, actor_means, actor_quats, actor_index, tracks)
+    c = lambda x: x.contiguous()  # noqa: E731
     return _InterpolateGaussians.apply(
-        _query_time(t, tracks.dtype),
-        c(static_means),
-        c(static_quats),
-        c(actor_means),
-        c(actor_quats),
-        c(corr_t),
-        c(corr_w),
-        actor_index.contiguous(),
-        tracks,
+        t, c(static_means), c(static_quats), c(actor_means), c(actor_quats), corr_t, corr_w, c(actor_index), tracks, poses
     )
 
 
@@ -500,14 +516,6 @@ def actor_poses(
         translations: box-to-world translations.  # [A, 3]
         visible: 1 where the track covers t, else 0.  # [A]
     """
-    empty3 = torch.empty(0, 3, dtype=tracks.dtype, device=tracks.device)
-    empty4 = torch.empty(0, 4, dtype=tracks.dtype, device=tracks.device)
-    index = torch.empty(0, dtype=torch.int32, device=tracks.device)
-    _check_inputs(t, empty3, empty4, empty3, empty4, index, tracks, pose_corrections)
-    A, dtype, device = tracks.num_actors, tracks.dtype, tracks.device
+    _check_tracks_inputs(t, tracks, pose_corrections)
     corr_t, corr_w = (None, None) if pose_corrections is None else (x.contiguous() for x in pose_corrections)
-    quats, trans, vis = _actor_pose_buffers(A, dtype, device)
-    if A > 0:
-        inputs = [_query_time(t, dtype), *_track_arrays(tracks, corr_t, corr_w)]
-        _launch("actor_poses", dtype, device, A, inputs + [quats, trans, vis])
-    return quats, trans, vis
+    return _queue_actor_poses(_query_time(t, tracks.dtype), tracks, corr_t, corr_w, tracks.num_actors)

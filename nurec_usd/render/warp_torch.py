@@ -43,7 +43,7 @@ def _tensor_descriptor(t: torch.Tensor, declared, ndim: int, label: str) -> _arr
     """
     scalar = getattr(declared, "_wp_scalar_type_", declared)
     lanes = int(getattr(declared, "_length_", 1))
-    shape = tuple(t.shape)
+    shape = tuple(t.shape) or (1,)  # a 0-dim tensor passes as a one-element array
     view = shape[:-1] if lanes > 1 and shape and shape[-1] == lanes else shape
     if wp.dtype_from_torch(t.dtype) is not scalar or (lanes > 1 and view == shape) or len(view) != ndim:
         raise ValueError(f"argument {label!r} is a {ndim}-d array of {wp.types.type_repr(declared)}: "
@@ -118,7 +118,8 @@ def launch(kernel, dim, inputs: list, outputs: list = (), *, device: wp.context.
 
     ``wp.launch`` checks and packs every argument on every call; a render makes some 20
     launches, and small renders are bound by that host time. Arrays are passed as torch
-    tensors (or None), viewed as the kernel declares them (a vector dtype folds the last dim;
+    tensors (or None; a 0-dim tensor is a one-element array), viewed as the kernel declares
+    them (a vector dtype folds the last dim;
     shapes and dtypes are checked, and the error names the argument); scalars as Python
     numbers. Work goes to the device's current stream (``warp_device``), and a tensor passed
     here needs to live only until this returns (torch's allocator reuses memory only for work

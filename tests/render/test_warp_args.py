@@ -29,6 +29,25 @@ def test_descriptor_equals_warp_array_descriptor(shape, dtype, wp_type, ndim):
     assert _fields(_tensor_descriptor(t, wp_type, ndim, "t")) == _fields(to_wp(t, folded).__ctype__())
 
 
+@wp.kernel
+def _scale_by_first(s: wp.array(dtype=float), x: wp.array(dtype=float)):
+    i = wp.tid()
+    x[i] = x[i] * s[0]
+
+
+def test_zero_dim_tensor_passes_as_one_element_array():
+    """A 0-dim tensor (a query time, a scale) is read as s[0], with no reshape on the host."""
+    init_warp()
+    assert _fields(_tensor_descriptor(torch.tensor(3.0), wp.float32, 1, "s"))[2:] == (1, (1,), (4,))
+    wdev = warp_device(torch.device("cpu"))
+    x = torch.arange(4.0)
+    launch(_scale_by_first, 4, [torch.tensor(3.0), x], device=wdev)
+    launch(_scale_by_first, 4, [torch.tensor([0.5]), x], device=wdev)  # then a one-element 1-d tensor
+    torch.testing.assert_close(x, torch.arange(4.0) * 1.5, atol=0, rtol=0)
+    with pytest.raises(ValueError, match="'s' is a 1-d array of float32"):
+        launch(_scale_by_first, 4, [torch.tensor(3.0, dtype=torch.float64), x], device=wdev)
+
+
 def test_mismatched_tensors_are_refused():
     init_warp()
     with pytest.raises(ValueError, match="'x' is a 1-d array of vec3f"):
