@@ -1,5 +1,5 @@
 """Fused time interpolation of Gaussians: actor poses from keyframed tracks, actor Gaussians into
-the world, static Gaussians copied alongside, in one launch.
+the world, static Gaussians copied alongside, in two launches (below).
 
 Memory layout (what the torch side passes in, zero-copy):
   * quaternions are stored (w, x, y, z) as ``vec4``; inside the kernels they become Warp
@@ -14,13 +14,17 @@ Every kernel is generic over the float type; float32 overloads run on the GPU, f
 exist so tests can run float64 gradient checks (in a module of their own, see
 ``warp_kernels.modules``).
 
-Kernels:
-  * :data:`actor_poses`: one thread per actor, its pose at t (key search, slerp, lerp); launched
-    first, and with ``adjoint=True`` to carry the actor-pose gradients to the per-key pose
-    corrections (one thread per actor owns its keys, so its atomics never contend).
-  * :data:`interpolate_forward`: one thread per output Gaussian, static ones first; an actor
-    Gaussian reads its actor's pose. (Each thread searching its track itself cost 64 registers
-    and ~850 instructions per warp of actor Gaussians: benchmarks/RESULTS.md, interp.)
+Kernels (the forward is two launches):
+  * :data:`poses_and_static`: one thread per actor, its pose at t (key search, slerp, lerp), then
+    one thread per static Gaussian, copied to the output. A pose is a chain of dependent reads
+    (~20 us on an H200) that the copy hides; the launch is queued early, so both run while the
+    host prepares the second.
+  * :data:`interpolate_actors`: one thread per actor Gaussian, which reads its actor's pose.
+    (Each thread searching its track itself cost 64 registers and ~850 instructions per warp:
+    benchmarks/RESULTS.md, interp.)
+  * :data:`actor_poses`: the poses alone (``nurec_usd.render.interpolate.actor_poses``); and with
+    ``adjoint=True`` it carries the actor-pose gradients to the per-key pose corrections (one
+    thread per actor owns its keys, so its atomics never contend).
   * :data:`interpolate_backward_actors`: one thread per actor Gaussian, hand-written gradients of
     the per-Gaussian transform, and a per-block reduction of the actor-pose gradients before the
     atomics (Gaussians of one actor sit next to each other, so most blocks hold one actor).
@@ -182,39 +186,70 @@ def track_pose(
 
 
 @wp.kernel(enable_backward=False)
-def interpolate_forward(
+def poses_and_static(
+    t: wp.array(dtype=Any),  # [1] query time, seconds
+    num_poses: int,  # A, or 0 when no actor Gaussian reads a pose
     num_static: int,
+    key_offsets: wp.array(dtype=wp.int32),  # [A+1]
+    key_times: wp.array(dtype=Any),  # [K]
+    key_translations: wp.array(dtype=Any),  # [K] vec3
+    key_quats: wp.array(dtype=Any),  # [K] vec4 (w, x, y, z)
+    corr_translations: wp.array(dtype=Any),  # [K] vec3 or empty
+    corr_rotations: wp.array(dtype=Any),  # [K] vec3 or empty
+    has_corr: int,
     static_means: wp.array(dtype=Any),  # [Ns] vec3
     static_quats: wp.array(dtype=Any),  # [Ns] vec4 (w, x, y, z)
+    pose_quats: wp.array(dtype=Any),  # [A] vec4 (w, x, y, z) out
+    pose_translations: wp.array(dtype=Any),  # [A] vec3 out
+    pose_visible: wp.array(dtype=Any),  # [A] out
+    out_means: wp.array(dtype=Any),  # [Ns+Na] vec3 out (the first Ns rows here)
+    out_quats: wp.array(dtype=Any),  # [Ns+Na] vec4 out
+    out_visible: wp.array(dtype=Any),  # [Ns+Na] out
+):
+    """Threads [0, num_poses): the actors' poses at t; then one thread per static Gaussian, copied."""
+    i = wp.tid()
+    if i < num_poses:
+        q, p, vis = track_pose(
+            t[0], i, key_offsets, key_times, key_translations, key_quats,
+            corr_translations, corr_rotations, has_corr,
+        )  # fmt: skip
+        pose_quats[i] = store_quat(q)
+        pose_translations[i] = p
+        pose_visible[i] = vis
+    else:
+        j = i - num_poses
+        out_means[j] = static_means[j]
+        out_quats[j] = static_quats[j]
+        out_visible[j] = type(out_visible[j])(1.0)
+
+
+@wp.kernel(enable_backward=False)
+def interpolate_actors(
+    num_static: int,
     actor_means: wp.array(dtype=Any),  # [Na] vec3, box frame
     actor_quats: wp.array(dtype=Any),  # [Na] vec4 (w, x, y, z), box frame
     actor_index: wp.array(dtype=wp.int32),  # [Na]
-    pose_quats: wp.array(dtype=Any),  # [A] vec4 (w, x, y, z), from actor_poses
+    pose_quats: wp.array(dtype=Any),  # [A] vec4 (w, x, y, z), from poses_and_static
     pose_translations: wp.array(dtype=Any),  # [A] vec3
     pose_visible: wp.array(dtype=Any),  # [A] 1 or 0
-    out_means: wp.array(dtype=Any),  # [Ns+Na] vec3, world
+    out_means: wp.array(dtype=Any),  # [Ns+Na] vec3, world (rows Ns.. here)
     out_quats: wp.array(dtype=Any),  # [Ns+Na] vec4 (w, x, y, z), world
     out_visible: wp.array(dtype=Any),  # [Ns+Na] 1 or 0
 ):
-    i = wp.tid()
-    if i < num_static:
-        out_means[i] = static_means[i]
-        out_quats[i] = static_quats[i]
-        out_visible[i] = type(out_visible[i])(1.0)
-    else:
-        j = i - num_static
-        a = actor_index[j]
-        qv = actor_quats[j]
-        m = actor_means[j]
-        vis = type(qv[0])(0.0)
-        if a >= 0 and a < pose_visible.shape[0]:
-            q = load_quat(pose_quats[a])
-            m = wp.quat_rotate(q, m) + pose_translations[a]
-            qv = store_quat(q * load_quat(qv))
-            vis = pose_visible[a]
-        out_means[i] = m
-        out_quats[i] = qv
-        out_visible[i] = vis
+    """One thread per actor Gaussian: moved by its actor's pose into the world."""
+    j = wp.tid()
+    a = actor_index[j]
+    qv = actor_quats[j]
+    m = actor_means[j]
+    vis = type(qv[0])(0.0)
+    if a >= 0 and a < pose_visible.shape[0]:
+        q = load_quat(pose_quats[a])
+        m = wp.quat_rotate(q, m) + pose_translations[a]
+        qv = store_quat(q * load_quat(qv))
+        vis = pose_visible[a]
+    out_means[num_static + j] = m
+    out_quats[num_static + j] = qv
+    out_visible[num_static + j] = vis
 
 
 @wp.kernel(enable_backward=False)
@@ -334,19 +369,20 @@ def overloads(scalar: type) -> dict[str, wp.Kernel]:
     return _OVERLOADS[scalar]
 
 
-def _generic_kernels(scalar: type) -> tuple[wp.Kernel, wp.Kernel, wp.Kernel]:
+def _generic_kernels(scalar: type) -> tuple[wp.Kernel, ...]:
     """The generic kernels to overload for ``scalar``: for float64, copies registered in a module of
     their own (``warp_kernels.modules``), so that float32 runs never compile them."""
     module = variant_module(__name__, scalar)
     if module is None:
-        return interpolate_forward, interpolate_backward_actors, actor_poses
-    return (wp.kernel(enable_backward=False, module=module)(interpolate_forward.func),
+        return poses_and_static, interpolate_actors, interpolate_backward_actors, actor_poses
+    return (wp.kernel(enable_backward=False, module=module)(poses_and_static.func),
+            wp.kernel(enable_backward=False, module=module)(interpolate_actors.func),
             wp.kernel(enable_backward=False, module=module)(interpolate_backward_actors.func),
             wp.kernel(module=module)(actor_poses.func))
 
 
 def _declare_overloads(scalar: type) -> None:
-    forward, backward_actors, poses = _generic_kernels(scalar)
+    first, actors, backward_actors, poses = _generic_kernels(scalar)
     vec3 = wp.types.vector(3, scalar)
     vec4 = wp.types.vector(4, scalar)
     s = wp.array(dtype=scalar)
@@ -363,12 +399,27 @@ def _declare_overloads(scalar: type) -> None:
         "has_corr": int,
     }
     found = _OVERLOADS[scalar] = {}
-    found["interpolate_forward"] = wp.overload(
-        forward,
+    found["poses_and_static"] = wp.overload(
+        first,
         {
+            "t": s,
+            "num_poses": int,
             "num_static": int,
+            **keys,
             "static_means": v3,
             "static_quats": v4,
+            "pose_quats": v4,
+            "pose_translations": v3,
+            "pose_visible": s,
+            "out_means": v3,
+            "out_quats": v4,
+            "out_visible": s,
+        },
+    )
+    found["interpolate_actors"] = wp.overload(
+        actors,
+        {
+            "num_static": int,
             "actor_means": v3,
             "actor_quats": v4,
             "actor_index": i32,

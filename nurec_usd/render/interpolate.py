@@ -3,8 +3,11 @@
 For a time t, :func:`interpolate_gaussians` computes every actor's pose from its keyframed track
 (binary search, slerp of rotations, lerp of translations), moves each actor's Gaussians (means,
 rotations) from the actor's box frame into the world, and writes them after the static
-Gaussians into the arrays the renderer consumes, in one kernel launch without any host
-synchronisation (``t`` stays on the device).
+Gaussians into the arrays the renderer consumes, in two kernel launches without any host
+synchronisation (``t`` stays on the device): the actors' poses and the static copy, then the
+actor Gaussians. (One launch in which every actor Gaussian searched its own track took 66 us
+of GPU time on an H200; the two take 47-50 us, and the first runs while the host prepares the
+second: benchmarks/RESULTS.md, interp.)
 
 Choices:
   * Tracks are CSR (:class:`TrackKeys`); actor a's keys are ``key_offsets[a]:key_offsets[a+1]``.
@@ -274,20 +277,17 @@ class _InterpolateGaussians(torch.autograd.Function):
         corr_w: torch.Tensor | None,  # [K, 3]
         actor_index: torch.Tensor,  # [Na] int32
         tracks: TrackKeys,
-        poses: tuple[torch.Tensor, torch.Tensor, torch.Tensor],  # the actors' poses at t, queued by
-        # interpolate_gaussians: quaternions [A, 4], translations [A, 3], visibility [A] (a tuple,
-        # not tensor arguments: they need no gradient, and autograd's per-tensor work costs host time)
+        queued: tuple[torch.Tensor, ...],  # from interpolate_gaussians, already queued: the poses at
+        # t (quaternions [A, 4], translations [A, 3], visibility [A]) and the outputs with their
+        # static rows written (means [Ns+Na, 3], quats [Ns+Na, 4], visible [Ns+Na]). A tuple, not
+        # tensor arguments: they need no gradient, and autograd's per-tensor work costs host time.
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        pose_quats, pose_trans, pose_vis = poses
+        pose_quats, pose_trans, pose_vis, out_means, out_quats, out_vis = queued
         dtype, device = static_means.dtype, static_means.device
         Ns, Na = static_means.shape[0], actor_means.shape[0]
-        out_means = torch.empty(Ns + Na, 3, dtype=dtype, device=device)
-        out_quats = torch.empty(Ns + Na, 4, dtype=dtype, device=device)
-        out_vis = torch.empty(Ns + Na, dtype=dtype, device=device)
-        if Ns + Na > 0:
-            inputs = [Ns, static_means, static_quats, actor_means, actor_quats, actor_index, pose_quats, pose_trans,
-                      pose_vis, out_means, out_quats, out_vis]
-            _launch("interpolate_forward", dtype, device, Ns + Na, inputs)
+        if Na > 0:
+            _launch("interpolate_actors", dtype, device, Na, [Ns, actor_means, actor_quats, actor_index, pose_quats,
+                                                             pose_trans, pose_vis, out_means, out_quats, out_vis])
         ctx.mark_non_differentiable(out_vis)
         ctx.save_for_backward(t, actor_means, actor_quats, corr_t, corr_w, actor_index)
         ctx.pose_quats = pose_quats  # a function input, not an output: no reference cycle
@@ -440,6 +440,27 @@ def _check_gaussians(
         raise ValueError(f"actor_index is on {actor_index.device}, the tracks on {device}")
 
 
+def _queue_poses_and_static(t: torch.Tensor, tracks: TrackKeys, corr_t: torch.Tensor | None,
+                            corr_w: torch.Tensor | None, static_means: torch.Tensor, static_quats: torch.Tensor,
+                            Na: int) -> tuple[torch.Tensor, ...]:
+    """The forward's first launch, queued before the autograd call: the actors' poses at t (when
+    any Gaussian is an actor's) and the static Gaussians copied into the new outputs. Returns
+    (pose quats [A, 4], pose translations [A, 3], pose visibility [A], out means [Ns+Na, 3],
+    out quats [Ns+Na, 4], out visible [Ns+Na]).
+
+    The poses are chains of dependent reads (~20 us on an H200) that the copy hides; both run
+    while the host prepares the launch of the actor Gaussians."""
+    dtype, device = tracks.dtype, tracks.device
+    A, Ns = (tracks.num_actors if Na > 0 else 0), static_means.shape[0]
+    queued = (torch.empty(A, 4, dtype=dtype, device=device), torch.empty(A, 3, dtype=dtype, device=device),
+              torch.empty(A, dtype=dtype, device=device), torch.empty(Ns + Na, 3, dtype=dtype, device=device),
+              torch.empty(Ns + Na, 4, dtype=dtype, device=device), torch.empty(Ns + Na, dtype=dtype, device=device))
+    if A + Ns > 0:
+        _launch("poses_and_static", dtype, device, A + Ns,
+                [t, A, Ns, *_track_arrays(tracks, corr_t, corr_w), static_means, static_quats, *queued])
+    return queued
+
+
 def _queue_actor_poses(t: torch.Tensor, tracks: TrackKeys, corr_t: torch.Tensor | None,
                        corr_w: torch.Tensor | None, A: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launch the A actors' poses at t (``t`` as the kernels read it) into new buffers."""
@@ -461,7 +482,7 @@ def interpolate_gaussians(
     tracks: TrackKeys,
     pose_corrections: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """All Gaussians in the world frame at time t: static ones, then actor ones (one launch).
+    """All Gaussians in the world frame at time t: static ones, then actor ones (two launches).
 
     Differentiable with respect to the static and actor means and quaternions and the pose
     corrections. No host synchronisation: ``t`` is read by the kernel on the device.
@@ -484,17 +505,15 @@ def interpolate_gaussians(
         visible: opacity multiplier, 1 or 0 (actors outside their track's time range).  # [Ns+Na]
     """
     _check_tracks_inputs(t, tracks, pose_corrections)
-    # The kernels read rows in place: make them contiguous (no-ops for the usual tensors).
-    corr_t, corr_w = (None, None) if pose_corrections is None else (x.contiguous() for x in pose_corrections)
-    t = _query_time(t, tracks.dtype)
-    # The actors' poses are queued first, so that the GPU computes them (a chain of dependent
-    # reads, ~20 us on an H200) while the host checks and prepares the Gaussians' launch.
-    has_actors = isinstance(actor_means, torch.Tensor) and actor_means.ndim == 2 and actor_means.shape[0] > 0
-    poses = _queue_actor_poses(t, tracks, corr_t, corr_w, tracks.num_actors if has_actors else 0)
     _check_gaussians(static_means, static_quats, actor_means, actor_quats, actor_index, tracks)
+    # The kernels read rows in place: make them contiguous (no-ops for the usual tensors).
     c = lambda x: x.contiguous()  # noqa: E731
+    corr_t, corr_w = (None, None) if pose_corrections is None else (c(x) for x in pose_corrections)
+    t = _query_time(t, tracks.dtype)
+    static_means, static_quats = c(static_means), c(static_quats)
+    queued = _queue_poses_and_static(t, tracks, corr_t, corr_w, static_means, static_quats, actor_means.shape[0])
     return _InterpolateGaussians.apply(
-        t, c(static_means), c(static_quats), c(actor_means), c(actor_quats), corr_t, corr_w, c(actor_index), tracks, poses
+        t, static_means, static_quats, c(actor_means), c(actor_quats), corr_t, corr_w, c(actor_index), tracks, queued
     )
 
 

@@ -358,7 +358,7 @@ def test_cuda_code_generation_aot(tmp_path, scalar):
     import warp_kernels.interpolate as kernels
 
     wp.init()
-    module = kernels.overloads(scalar)["interpolate_forward"].module
+    module = kernels.overloads(scalar)["interpolate_actors"].module
     assert module.name == ("warp_kernels.interpolate" if scalar == wp.float32 else "warp_kernels.interpolate_f64")
     paths = wp.compile_aot_module(module, arch=90, module_dir=tmp_path)
     assert paths and all(p.exists() and p.stat().st_size > 0 for p in paths)
