@@ -117,7 +117,9 @@ def print_registers(device: torch.device, folder: Path) -> None:
             print(f"| {module.__name__} | (no cubin: {paths}) | | | |")
             continue
         res = cubin_resources(cubins[0])
-        kernels = {name: k for name, k in vars(module).items() if isinstance(k, wp.Kernel)}
+        # the float64 kernels live in a module of their own (warp_kernels.modules), compiled apart
+        kernels = {name: k for name, k in vars(module).items()
+                   if isinstance(k, wp.Kernel) and k.module.name == module.__name__}
         for name, k in sorted(kernels.items()):
             for direction in ("forward", "backward"):
                 r = res.get(f"{k.get_mangled_name()}_cuda_kernel_{direction}")
