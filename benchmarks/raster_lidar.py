@@ -110,16 +110,20 @@ def print_registers(device: torch.device, folder: Path) -> None:
     print(f"\nlidar kernels, sm_{arch} (cubins in {folder}; check with cuobjdump --dump-resource-usage):")
     print("| module | kernel | precision | registers | stack frame (B) |")
     print("|---|---|---|---|---|")
-    for module in (lidar_project, lidar_binning, lidar_raster):
-        paths = wp.compile_aot_module(module, arch=arch, module_dir=folder)
+    # Warp modules (the float64 kernels and the projection's backward compile in modules of their
+    # own, warp_kernels.modules) and the Python modules that define their kernels
+    for name_of_module, module in (("warp_kernels.lidar_project", lidar_project),
+                                   ("warp_kernels.lidar_project_backward", lidar_project),
+                                   ("warp_kernels.lidar_binning", lidar_binning),
+                                   ("warp_kernels.lidar_raster", lidar_raster)):
+        paths = wp.compile_aot_module(name_of_module, arch=arch, module_dir=folder)
         cubins = [p for p in paths if p.suffix == ".cubin"]
         if not cubins:
-            print(f"| {module.__name__} | (no cubin: {paths}) | | | |")
+            print(f"| {name_of_module} | (no cubin: {paths}) | | | |")
             continue
         res = cubin_resources(cubins[0])
-        # the float64 kernels live in a module of their own (warp_kernels.modules), compiled apart
         kernels = {name: k for name, k in vars(module).items()
-                   if isinstance(k, wp.Kernel) and k.module.name == module.__name__}
+                   if isinstance(k, wp.Kernel) and k.module.name == name_of_module}
         for name, k in sorted(kernels.items()):
             for direction in ("forward", "backward"):
                 r = res.get(f"{k.get_mangled_name()}_cuda_kernel_{direction}")
@@ -127,7 +131,7 @@ def print_registers(device: torch.device, folder: Path) -> None:
                     continue
                 prec = "f64" if name.endswith("_f64") else ("f32" if name.endswith("_f32") else "-")
                 label = name if direction == "forward" else f"{name} (Warp adjoint)"
-                print(f"| {module.__name__.split('.')[-1]} | {label} | {prec} | {r.get('REGCOUNT')} |"
+                print(f"| {name_of_module.split('.')[-1]} | {label} | {prec} | {r.get('REGCOUNT')} |"
                       f" {r.get('FRAME_SIZE', 0)} |")
 
 

@@ -21,7 +21,7 @@ import warp as wp
 
 from warp_kernels.compositing import ALPHA_MIN
 from warp_kernels.modules import variant_module
-from warp_kernels.pose_funcs import make_pose_funcs
+from warp_kernels.pose_funcs import make_pose_funcs, make_rotation_funcs
 
 MODEL_PINHOLE = 0
 MODEL_OPENCV = 1
@@ -437,36 +437,9 @@ def make_pinhole_backward_kernel(float_t):
     mat23 = wp.types.matrix((2, 3), float_t)
     mat33 = wp.types.matrix((3, 3), float_t)
     to_quat, _ = make_pose_funcs(float_t)
+    rotation_wxyz, rotation_wxyz_vjp = make_rotation_funcs(float_t)
     view_bounds = make_view_bounds(float_t)
     two = float_t(2.0)
-
-    @wp.func(module=module)
-    def rotation_wxyz(q: vec4):
-        """Rotation matrix of a unit quaternion (w, x, y, z)."""
-        w = q[0]
-        x = q[1]
-        y = q[2]
-        z = q[3]
-        one = float_t(1.0)
-        return mat33(one - two * (y * y + z * z), two * (x * y - w * z), two * (x * z + w * y),
-                     two * (x * y + w * z), one - two * (x * x + z * z), two * (y * z - w * x),
-                     two * (x * z - w * y), two * (y * z + w * x), one - two * (x * x + y * y))
-
-    @wp.func(module=module)
-    def rotation_wxyz_vjp(q: vec4, g: mat33):
-        """Gradient in (w, x, y, z) of sum(g * rotation_wxyz(q))."""
-        w = q[0]
-        x = q[1]
-        y = q[2]
-        z = q[3]
-        gw = -z * g[0, 1] + y * g[0, 2] + z * g[1, 0] - x * g[1, 2] - y * g[2, 0] + x * g[2, 1]
-        gx = (y * g[0, 1] + z * g[0, 2] + y * g[1, 0] - two * x * g[1, 1] - w * g[1, 2] + z * g[2, 0]
-              + w * g[2, 1] - two * x * g[2, 2])
-        gy = (-two * y * g[0, 0] + x * g[0, 1] + w * g[0, 2] + x * g[1, 0] + z * g[1, 2] - w * g[2, 0]
-              + z * g[2, 1] - two * y * g[2, 2])
-        gz = (-two * z * g[0, 0] - w * g[0, 1] + x * g[0, 2] + w * g[1, 0] - two * z * g[1, 1] + y * g[1, 2]
-              + x * g[2, 0] + y * g[2, 1])
-        return vec4(gw, gx, gy, gz) * two
 
     @wp.kernel(module=module)
     def project_pinhole_backward(

@@ -36,8 +36,9 @@ and is infinite straight up), and a Gaussian whose mean lies within NEAR_SIGMAS 
 largest standard deviation of the sensor is culled (the sensor is inside it: no splat
 describes that), as are means outside the lidar's [min_range, max_range].
 
-The kernel has no loops, so Warp's generated adjoint is its backward (as for the camera).
-Quaternions arrive as (w, x, y, z) ``vec4`` and become Warp's (x, y, z, w) here.
+The backward is hand-written (``project_lidar_backward``, in a module of its own): Warp's
+generated adjoint of this kernel needed 171 registers and a stack frame. Quaternions arrive
+as (w, x, y, z) ``vec4`` and become Warp's (x, y, z, w) here.
 
 Outputs per Gaussian: ``splats`` [N] vec8 = (alpha, elev, conic a, conic b, conic c,
 range, opacity, intensity), the record the rasterizer stages in shared memory (one 32-byte
@@ -51,7 +52,10 @@ import warp as wp
 
 from warp_kernels.compositing import ALPHA_MIN
 from warp_kernels.modules import variant_module
-from warp_kernels.pose_funcs import make_pose_funcs
+from warp_kernels.pose_funcs import make_pose_funcs, make_pose_rate_func, make_rotation_funcs
+
+# the backward is hand-written (below): no generated adjoints (half the module's compile time)
+wp.set_module_options({"enable_backward": False})
 
 BEAM_EPS = 0.3  # beam footprint variance, in units of the squared beam spacing of each axis
 ELEVATION_MARGIN = 0.1  # rad beyond the channel elevations where the Jacobian's elevation is clamped
@@ -171,5 +175,165 @@ def make_projection_kernel(float_t):
     return project_lidar
 
 
+def make_projection_backward_kernel(float_t):
+    """Hand-written backward of ``project_lidar`` (one float type).
+
+    One thread per Gaussian replays the forward and writes its gradients (not accumulated);
+    Warp's generated adjoint of the projection took 171 registers and a stack. Backwards from
+    the record's gradient: the conic through dL/dcov2 = -conic G conic (G: the conic gradient
+    as a symmetric matrix), cov2 = (J R) M M^T (J R)^T with M = Rg diag(s); J through the
+    azimuth, the clamped elevation and 1/r; the angles and the range through p = R m + t. The
+    rolling shutter makes (R, t) the pose at the firing fraction a, itself a function of the
+    mean (the azimuth of p0 = R(1/2) m + t(1/2)): dL/da = <dL/dR, dR/da> + <dL/dt, t1 - t0>,
+    passed on to m through p0. Culled Gaussians get zero gradients, as their records are zero.
+    """
+    module = variant_module(__name__, float_t, "backward")
+    vec3 = wp.types.vector(3, float_t)
+    vec4 = wp.types.vector(4, float_t)
+    vec8 = wp.types.vector(8, float_t)
+    mat22 = wp.types.matrix((2, 2), float_t)
+    mat23 = wp.types.matrix((2, 3), float_t)
+    mat33 = wp.types.matrix((3, 3), float_t)
+    to_quat, pose_at = make_pose_funcs(float_t)
+    rotation_wxyz, rotation_wxyz_vjp = make_rotation_funcs(float_t)
+    pose_rate = make_pose_rate_func(float_t)
+    zero = float_t(0.0)
+    one = float_t(1.0)
+    two = float_t(2.0)
+    two_pi = float_t(TWO_PI)
+
+    @wp.func(module=module)
+    def azimuth_grad(p: vec3, g: float_t):
+        """g times the gradient in p of atan2(p_y, p_x)."""
+        inv = g / (p[0] * p[0] + p[1] * p[1])
+        return vec3(-p[1] * inv, p[0] * inv, zero)
+
+    @wp.kernel(module=module)
+    def project_lidar_backward(
+        means: wp.array(dtype=vec3),  # [N] the forward's inputs, as there
+        quats: wp.array(dtype=vec4),  # [N]
+        scales: wp.array(dtype=vec3),  # [N]
+        rot_start: wp.array(dtype=vec4),  # [1]
+        trans_start: wp.array(dtype=vec3),  # [1]
+        rot_end: wp.array(dtype=vec4),  # [1]
+        trans_end: wp.array(dtype=vec3),  # [1]
+        sign: float_t,
+        start_azimuth: float_t,
+        clamp_lo: float_t,
+        clamp_hi: float_t,
+        eps_az: float_t,
+        eps_el: float_t,
+        splats: wp.array(dtype=vec8),  # [N] the forward's records (range 0: culled)
+        g_splats: wp.array(dtype=vec8),  # [N] dL/d records
+        # outputs [N], written (not accumulated)
+        g_means: wp.array(dtype=vec3),
+        g_quats: wp.array(dtype=vec4),
+        g_scales: wp.array(dtype=vec3),
+        g_opacities: wp.array(dtype=float_t),
+        g_intensities: wp.array(dtype=float_t),
+    ):
+        i = wp.tid()
+        rec = splats[i]
+        g = g_splats[i]
+        if rec[5] <= zero:  # culled: the record is zeros and carries no gradient
+            g_means[i] = vec3()
+            g_quats[i] = vec4()
+            g_scales[i] = vec3()
+            g_opacities[i] = zero
+            g_intensities[i] = zero
+            return
+        g_opacities[i] = g[6]
+        g_intensities[i] = g[7]
+        mean = means[i]
+        q0 = to_quat(rot_start[0])
+        q1 = to_quat(rot_end[0])
+        t0 = trans_start[0]
+        t1 = trans_end[0]
+        # the forward's firing fraction a (one fixed-point step from mid-sweep)
+        Rm, tm = pose_at(q0, t0, q1, t1, float_t(0.5))
+        p0 = Rm * mean + tm
+        a = float_t(0.5)
+        a_moves = int(0)  # whether a depends on the mean (not clamped, not on the axis)
+        if p0[0] * p0[0] + p0[1] * p0[1] > float_t(1e-20):
+            x = sign * (wp.atan2(p0[1], p0[0]) - start_azimuth)
+            a = (x - two_pi * wp.floor(x / two_pi)) / two_pi
+            if a < one:
+                a_moves = 1
+            a = wp.min(a, one)
+        qa, dqa = pose_rate(q0, q1, a)
+        R = rotation_wxyz(qa)
+        p = R * mean + t0 * (one - a) + t1 * a
+        rho2 = p[0] * p[0] + p[1] * p[1]
+        rho = wp.sqrt(rho2)
+        r = wp.sqrt(rho2 + p[2] * p[2])
+        phi = wp.atan2(p[1], p[0])
+        elev = wp.atan2(p[2], rho)
+        thc = wp.clamp(elev, clamp_lo, clamp_hi)
+        cth = wp.cos(thc)
+        sth = wp.sin(thc)
+        cph = wp.cos(phi)
+        sph = wp.sin(phi)
+        ir = one / r
+        ka = sign * ir / cth
+        J = mat23(-sph * ka, cph * ka, zero, -sth * cph * ir, -sth * sph * ir, cth * ir)
+        qv = quats[i]
+        qn = wp.length(qv)
+        qu = qv / qn
+        Rg = rotation_wxyz(qu)
+        s = scales[i]
+        M = Rg * wp.diag(s)
+        JW = J * R
+        JM = JW * M
+        cov2 = JM * wp.transpose(JM)
+        a2 = cov2[0, 0] + eps_az
+        b2 = cov2[0, 1]
+        c2 = cov2[1, 1] + eps_el
+        inv = one / (a2 * c2 - b2 * b2)
+        conic = mat22(c2 * inv, -b2 * inv, -b2 * inv, a2 * inv)
+        half = float_t(0.5)
+        G = mat22(g[2], half * g[3], half * g[3], g[4])
+        H = -(conic * G * conic)  # dL/dcov2 (symmetric)
+        g_JM = two * H * JM
+        g_M = wp.transpose(JW) * g_JM
+        g_JW = g_JM * wp.transpose(M)
+        g_J = g_JW * wp.transpose(R)
+        g_R = wp.transpose(J) * g_JW
+        # M = Rg diag(s)
+        g_Rg = mat33(g_M[0, 0] * s[0], g_M[0, 1] * s[1], g_M[0, 2] * s[2],
+                     g_M[1, 0] * s[0], g_M[1, 1] * s[1], g_M[1, 2] * s[2],
+                     g_M[2, 0] * s[0], g_M[2, 1] * s[1], g_M[2, 2] * s[2])
+        g_scales[i] = vec3(g_M[0, 0] * Rg[0, 0] + g_M[1, 0] * Rg[1, 0] + g_M[2, 0] * Rg[2, 0],
+                           g_M[0, 1] * Rg[0, 1] + g_M[1, 1] * Rg[1, 1] + g_M[2, 1] * Rg[2, 1],
+                           g_M[0, 2] * Rg[0, 2] + g_M[1, 2] * Rg[1, 2] + g_M[2, 2] * Rg[2, 2])
+        gq_unit = rotation_wxyz_vjp(qu, g_Rg)
+        g_quats[i] = (gq_unit - qu * wp.dot(qu, gq_unit)) / qn
+        # J = [[-sph ka, cph ka, 0], [-sth cph ir, -sth sph ir, cth ir]], ka = sign ir / cth
+        g_ka = -g_J[0, 0] * sph + g_J[0, 1] * cph
+        g_sph = -g_J[0, 0] * ka - g_J[1, 1] * sth * ir
+        g_cph = g_J[0, 1] * ka - g_J[1, 0] * sth * ir
+        g_sth = -(g_J[1, 0] * cph + g_J[1, 1] * sph) * ir
+        g_cth = g_J[1, 2] * ir - g_ka * ka / cth
+        g_ir = -(g_J[1, 0] * cph + g_J[1, 1] * sph) * sth + g_J[1, 2] * cth + g_ka * sign / cth
+        g_phi = g_sph * cph - g_cph * sph + sign * g[0]  # the record's azimuth: sign * phi, wrapped
+        g_elev = g[1]
+        if elev >= clamp_lo and elev <= clamp_hi:
+            g_elev += g_sth * cth - g_cth * sth
+        g_r = g[5] - g_ir * ir * ir
+        # phi = atan2(p_y, p_x), elev = atan2(p_z, rho), r = |p|
+        ir2 = ir * ir
+        g_p = p * (g_r * ir) + azimuth_grad(p, g_phi) + vec3(-p[2] * p[0] / rho, -p[2] * p[1] / rho, rho) * (g_elev * ir2)
+        gm = wp.transpose(R) * g_p
+        if a_moves != 0:
+            # through the firing fraction: p = R(a) m + t(a), a = sweep azimuth of p0 / 2 pi
+            g_R += wp.outer(g_p, mean)
+            g_a = wp.dot(rotation_wxyz_vjp(qa, g_R), dqa) + wp.dot(g_p, t1 - t0)
+            gm += wp.transpose(Rm) * azimuth_grad(p0, sign * g_a / two_pi)
+        g_means[i] = gm
+
+    return project_lidar_backward
+
+
 project_lidar_f32 = make_projection_kernel(wp.float32)
 project_lidar_f64 = make_projection_kernel(wp.float64)
+project_lidar_backward_f32 = make_projection_backward_kernel(wp.float32)
+project_lidar_backward_f64 = make_projection_backward_kernel(wp.float64)

@@ -408,7 +408,8 @@ def _kernels(dtype: torch.dtype) -> dict:
         s = "f64"
     else:
         raise ValueError(f"Gaussians must be float32 or float64, got {dtype}")
-    return {"project": getattr(kproj, f"project_lidar_{s}"), "count": getattr(kbin, f"count_tiles_{s}"),
+    return {"project": getattr(kproj, f"project_lidar_{s}"), "project_bwd": getattr(kproj, f"project_lidar_backward_{s}"),
+            "count": getattr(kbin, f"count_tiles_{s}"),
             "emit": getattr(kbin, f"emit_keys_{s}"), "masks": getattr(kbin, f"warp_masks_{s}"),
             "trans": getattr(kraster, f"chunk_transmittance_{s}"), "fwd": getattr(kraster, f"lidar_forward_{s}"),
             "merge": getattr(kraster, f"lidar_merge_{s}"), "bwd": getattr(kraster, f"lidar_backward_{s}")}
@@ -599,22 +600,21 @@ class _RenderLidar(torch.autograd.Function):
             has_median = median_id >= 0
             g_splats[:, 5].index_add_(0, torch.where(has_median, median_id, 0).reshape(-1).long(),
                                       torch.where(has_median, grads[3], 0).reshape(-1))
-        g_means, g_quats, g_scales = torch.zeros_like(means), torch.zeros_like(quats), torch.zeros_like(scales)
-        g_opacities, g_intensities = torch.zeros_like(opacities), torch.zeros_like(intensities)
+        # the projection's backward writes every Gaussian's gradient
+        g_means, g_quats, g_scales = torch.empty_like(means), torch.empty_like(quats), torch.empty_like(scales)
+        g_opacities, g_intensities = torch.empty_like(opacities), torch.empty_like(intensities)
         wdev = warp_device(device)
         launch(k["bwd"], [items.shape[0]],
                [items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W, values, splats,
                 warp_masks, tile_items, part_T, part_range, part_int, part_last, T_final, *grads[:3]],
                [g_splats.view(-1)], device=wdev, block_dim=TILE_RAYS, tiled=True)
-        if n:
-            # Projection backward: Warp's adjoint of the projection kernel, fed the raster's gradients.
-            scratch = [torch.empty_like(splats), torch.empty(n, 2, dtype=dtype, device=device)]
-            adj_inputs = [g_means, g_quats, g_scales, g_opacities, g_intensities, None, None, None, None,
-                          *[0.0] * 10]
-            # extents only decide which tiles a splat reaches (piecewise constant): no gradient
-            adj_outputs = [g_splats, torch.zeros(n, 2, dtype=dtype, device=device)]
-            launch(k["project"], n, _project_args(means, quats, scales, opacities, intensities, lidar), scratch,
-                   adj_inputs=adj_inputs, adj_outputs=adj_outputs, adjoint=True, device=wdev)
+        if n:  # the projection's hand-written backward, fed the records' gradients
+            lo, hi = lidar.elevation_clamp
+            launch(k["project_bwd"], n,
+                   [means, quats, scales, lidar.rot_start, lidar.trans_start, lidar.rot_end,
+                    lidar.trans_end, float(lidar.sign), float(lidar.start_azimuth), float(lo), float(hi),
+                    float(lidar.eps[0]), float(lidar.eps[1]), splats, g_splats],
+                   [g_means, g_quats, g_scales, g_opacities, g_intensities], device=wdev)
         return g_means, g_quats, g_scales, g_opacities, g_intensities, None, None
 
 

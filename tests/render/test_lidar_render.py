@@ -561,9 +561,12 @@ def cubin_resources(path: Path) -> dict[str, dict[str, int]]:
     return out
 
 
-@pytest.mark.parametrize("module_name", ["lidar_project", "lidar_binning", "lidar_raster",
-                                         "lidar_project_f64", "lidar_binning_f64", "lidar_raster_f64"])
-def test_cuda_code_generation(module_name, tmp_path):
+@pytest.mark.parametrize("python_module, module_name", [
+    ("lidar_project", "lidar_project"), ("lidar_project", "lidar_project_backward"), ("lidar_binning", "lidar_binning"),
+    ("lidar_raster", "lidar_raster"), ("lidar_project", "lidar_project_f64"),
+    ("lidar_project", "lidar_project_backward_f64"), ("lidar_binning", "lidar_binning_f64"),
+    ("lidar_raster", "lidar_raster_f64")])
+def test_cuda_code_generation(python_module, module_name, tmp_path):
     import importlib
 
     import warp as wp
@@ -571,8 +574,8 @@ def test_cuda_code_generation(module_name, tmp_path):
     from nurec_usd.render.warp_torch import init_warp
 
     init_warp()
-    module = importlib.import_module(f"warp_kernels.{module_name.removesuffix('_f64')}")
-    target = f"warp_kernels.{module_name}"  # _f64: the float64 variants (warp_kernels.modules)
+    module = importlib.import_module(f"warp_kernels.{python_module}")
+    target = f"warp_kernels.{module_name}"  # _f64, _backward: Warp modules of their own (warp_kernels.modules)
     assert wp.get_module(target).kernels, f"{target} holds no kernels"
     try:
         paths = wp.compile_aot_module(target, arch=90, module_dir=tmp_path)
