@@ -181,6 +181,30 @@ def track_pose(
     return q, p, visible
 
 
+@wp.func
+def store_track_pose(
+    t: Any,
+    a: int,
+    key_offsets: wp.array(dtype=wp.int32),
+    key_times: wp.array(dtype=Any),
+    key_translations: wp.array(dtype=Any),
+    key_quats: wp.array(dtype=Any),
+    corr_translations: wp.array(dtype=Any),
+    corr_rotations: wp.array(dtype=Any),
+    has_corr: int,
+    out_quats: wp.array(dtype=Any),
+    out_translations: wp.array(dtype=Any),
+    out_visible: wp.array(dtype=Any),
+):
+    """Actor a's ``track_pose`` at t written to row a of the pose arrays (quaternions (w, x, y, z))."""
+    q, p, vis = track_pose(
+        t, a, key_offsets, key_times, key_translations, key_quats, corr_translations, corr_rotations, has_corr
+    )
+    out_quats[a] = store_quat(q)
+    out_translations[a] = p
+    out_visible[a] = vis
+
+
 # ---------------------------------------------------------------------------------------------
 # Kernels
 
@@ -209,13 +233,8 @@ def poses_and_static(
     """Threads [0, num_poses): the actors' poses at t; then one thread per static Gaussian, copied."""
     i = wp.tid()
     if i < num_poses:
-        q, p, vis = track_pose(
-            t[0], i, key_offsets, key_times, key_translations, key_quats,
-            corr_translations, corr_rotations, has_corr,
-        )  # fmt: skip
-        pose_quats[i] = store_quat(q)
-        pose_translations[i] = p
-        pose_visible[i] = vis
+        store_track_pose(t[0], i, key_offsets, key_times, key_translations, key_quats, corr_translations,
+                         corr_rotations, has_corr, pose_quats, pose_translations, pose_visible)
     else:
         j = i - num_poses
         out_means[j] = static_means[j]
@@ -343,14 +362,8 @@ def actor_poses(
     out_translations: wp.array(dtype=Any),  # [A] vec3
     out_visible: wp.array(dtype=Any),  # [A]
 ):
-    a = wp.tid()
-    q, p, vis = track_pose(
-        t[0], a, key_offsets, key_times, key_translations, key_quats,
-        corr_translations, corr_rotations, has_corr,
-    )  # fmt: skip
-    out_quats[a] = store_quat(q)
-    out_translations[a] = p
-    out_visible[a] = vis
+    store_track_pose(t[0], wp.tid(), key_offsets, key_times, key_translations, key_quats, corr_translations,
+                     corr_rotations, has_corr, out_quats, out_translations, out_visible)
 
 
 # ---------------------------------------------------------------------------------------------

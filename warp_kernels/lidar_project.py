@@ -46,6 +46,7 @@ gather per Gaussian in float32), and ``extents`` [N] vec2, the half-widths of th
 bounding box in (alpha, elev) out to where its alpha falls to ALPHA_MIN; (0, 0) = culled.
 """
 
+import functools
 import math
 
 import warp as wp
@@ -65,6 +66,29 @@ NEAR_SIGMAS = 3.0  # cull a Gaussian whose mean is closer to the sensor than thi
 TWO_PI = 2.0 * math.pi
 
 
+@functools.lru_cache(maxsize=None)
+def make_firing_fraction(float_t):
+    """``firing_fraction``: where in the sweep a point fires, shared by the forward and the backward."""
+    vec3 = wp.types.vector(3, float_t)
+
+    @wp.func
+    def firing_fraction(p0: vec3, sign: float_t, start: float_t):
+        """(a, moves): the sweep fraction in [0, 1] at which the column at lidar-frame p0's azimuth
+        fires, and whether a moves with p0 (not on the lidar's axis, where it is held at 1/2 since
+        atan2(0, 0) has no derivative, and not clamped at 1)."""
+        a = float_t(0.5)
+        moves = int(0)
+        if p0[0] * p0[0] + p0[1] * p0[1] > float_t(1e-20):
+            x = sign * (wp.atan2(p0[1], p0[0]) - start)
+            a = (x - float_t(TWO_PI) * wp.floor(x / float_t(TWO_PI))) / float_t(TWO_PI)
+            if a < float_t(1.0):
+                moves = 1
+            a = wp.min(a, float_t(1.0))
+        return a, moves
+
+    return firing_fraction
+
+
 def make_projection_kernel(float_t):
     """The lidar projection kernel for one float type (float32 for speed, float64 for gradcheck)."""
     module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
@@ -76,6 +100,7 @@ def make_projection_kernel(float_t):
     quat = wp.types.quaternion(float_t)
 
     to_quat, pose_at = make_pose_funcs(float_t)
+    firing_fraction = make_firing_fraction(float_t)
 
     @wp.func(module=module)
     def sweep_azimuth(p: vec3, sign: float_t, start: float_t):
@@ -120,10 +145,7 @@ def make_projection_kernel(float_t):
 
         # The pose at the Gaussian's own firing time: one fixed-point step from mid-sweep.
         R, t = pose_at(q0, t0, q1, t1, float_t(0.5))
-        p0 = R * mean + t
-        a = float_t(0.5)
-        if p0[0] * p0[0] + p0[1] * p0[1] > float_t(1e-20):  # atan2(0, 0) has no adjoint
-            a = wp.min(sweep_azimuth(p0, sign, start_azimuth) / float_t(TWO_PI), float_t(1.0))
+        a, _moves = firing_fraction(R * mean + t, sign, start_azimuth)
         R, t = pose_at(q0, t0, q1, t1, a)
         p = R * mean + t
 
@@ -197,6 +219,7 @@ def make_projection_backward_kernel(float_t):
     to_quat, pose_at = make_pose_funcs(float_t)
     rotation_wxyz, rotation_wxyz_vjp = make_rotation_funcs(float_t)
     pose_rate = make_pose_rate_func(float_t)
+    firing_fraction = make_firing_fraction(float_t)
     zero = float_t(0.0)
     one = float_t(1.0)
     two = float_t(2.0)
@@ -252,14 +275,7 @@ def make_projection_backward_kernel(float_t):
         # the forward's firing fraction a (one fixed-point step from mid-sweep)
         Rm, tm = pose_at(q0, t0, q1, t1, float_t(0.5))
         p0 = Rm * mean + tm
-        a = float_t(0.5)
-        a_moves = int(0)  # whether a depends on the mean (not clamped, not on the axis)
-        if p0[0] * p0[0] + p0[1] * p0[1] > float_t(1e-20):
-            x = sign * (wp.atan2(p0[1], p0[0]) - start_azimuth)
-            a = (x - two_pi * wp.floor(x / two_pi)) / two_pi
-            if a < one:
-                a_moves = 1
-            a = wp.min(a, one)
+        a, a_moves = firing_fraction(p0, sign, start_azimuth)
         qa, dqa = pose_rate(q0, q1, a)
         R = rotation_wxyz(qa)
         p = R * mean + t0 * (one - a) + t1 * a

@@ -5,8 +5,8 @@ lidar's (azimuth, elevation) angle space with rolling shutter
 (``warp_kernels.lidar_project``), bins them into elevation-band x column tiles and sorts
 them by range (``warp_kernels.lidar_binning`` + Warp's radix sort), cuts long tile lists
 into work items, and composites every ray front to back (``warp_kernels.lidar_raster``).
-It is differentiable in every Gaussian parameter: the rasterizer's backward is
-hand-written, the projection's is Warp's generated adjoint.
+It is differentiable in every Gaussian parameter: the rasterizer's and the projection's
+backward passes are hand-written.
 ``nurec_usd.render.reference.render_lidar_reference`` is its slow pure-torch twin.
 
 A sweep's rays are the grid (channel c, column k); outputs are ``[C, W]`` in the lidar's
