@@ -212,8 +212,7 @@ def store_track_pose(
 @wp.kernel(enable_backward=False)
 def poses_and_static(
     t: wp.array(dtype=Any),  # [1] query time, seconds
-    num_poses: int,  # A, or 0 when no actor Gaussian reads a pose
-    num_static: int,
+    num_poses: int,  # A, or 0 when no actor Gaussian reads a pose (launched with A + Ns threads)
     key_offsets: wp.array(dtype=wp.int32),  # [A+1]
     key_times: wp.array(dtype=Any),  # [K]
     key_translations: wp.array(dtype=Any),  # [K] vec3
@@ -417,7 +416,6 @@ def _declare_overloads(scalar: type) -> None:
         {
             "t": s,
             "num_poses": int,
-            "num_static": int,
             **keys,
             "static_means": v3,
             "static_quats": v4,

@@ -55,7 +55,7 @@ from warp_kernels.compositing import ALPHA_MIN
 from warp_kernels.modules import variant_module
 from warp_kernels.pose_funcs import make_pose_funcs, make_pose_rate_func, make_rotation_funcs
 
-# the backward is hand-written (below): no generated adjoints (half the module's compile time)
+# the backward is hand-written (below): no generated adjoints to compile
 wp.set_module_options({"enable_backward": False})
 
 BEAM_EPS = 0.3  # beam footprint variance, in units of the squared beam spacing of each axis
@@ -97,7 +97,6 @@ def make_projection_kernel(float_t):
     vec4 = wp.types.vector(4, float_t)
     vec8 = wp.types.vector(8, float_t)
     mat23 = wp.types.matrix((2, 3), float_t)
-    quat = wp.types.quaternion(float_t)
 
     to_quat, pose_at = make_pose_funcs(float_t)
     firing_fraction = make_firing_fraction(float_t)

@@ -8,7 +8,7 @@ Gaussian also carries its warp mask (``lidar_binning.warp_masks``): a warp none 
 rays the splat can reach skips it with one warp-uniform branch (about 2.4 of the 8 warps
 of a block evaluate a typical Gaussian on the benchmark's street). The backward goes
 further: a ballot over 32 entries' masks at a time, then only the marked entries (measured on
-an H200: 4-7% off the backward; the forward passes gained nothing from it, so they test
+an H200: 4-8% off the backward; the forward passes gained nothing from it, so they test
 entry by entry).
 
 Work layout (see ``warp_kernels.lidar_binning``): one block per *work item* (a chunk of

@@ -347,6 +347,9 @@ def render_cameras(
                              f"for degree {sh_degree}")
         sh, degree = colors, sh_degree
     c = len(cameras)
+    if 10 * c * n >= 2**31:  # the backward adds into one buffer of 10 values per (camera, Gaussian)
+        raise ValueError(f"{c} cameras x {n} Gaussians is too large a batch for one render (at most "
+                         f"{(2**31 - 1) // 10:,} camera-Gaussian pairs): render fewer cameras at a time")
     if background is None:
         background = torch.zeros(c, 3, dtype=dtype, device=means.device)
     background = background.to(dtype).expand(c, 3).contiguous()

@@ -457,7 +457,7 @@ def _queue_poses_and_static(t: torch.Tensor, tracks: TrackKeys, corr_t: torch.Te
               torch.empty(Ns + Na, 4, dtype=dtype, device=device), torch.empty(Ns + Na, dtype=dtype, device=device))
     if A + Ns > 0:
         _launch("poses_and_static", dtype, device, A + Ns,
-                [t, A, Ns, *_track_arrays(tracks, corr_t, corr_w), static_means, static_quats, *queued])
+                [t, A, *_track_arrays(tracks, corr_t, corr_w), static_means, static_quats, *queued])
     return queued
 
 

@@ -290,6 +290,17 @@ def test_bad_shapes_are_refused():
         render_cameras(*params[:4], params[4][:, :4], cams, sh_degree=3)
 
 
+def test_too_large_a_batch_is_refused():
+    """The backward's gradient buffer holds 10 values per (camera, Gaussian) pair, indexed in int32."""
+    n = 30_000_000  # x 8 cameras x 10 > 2^31 (expanded views: no memory)
+    means, quats, scales = torch.zeros(1, 3).expand(n, 3), torch.ones(1, 4).expand(n, 4), torch.ones(1, 3).expand(n, 3)
+    opacities, colors = torch.ones(1).expand(n), torch.ones(1, 3).expand(n, 3)
+    K = torch.tensor([[[30.0, 0, 19.0], [0, 30.0, 14.0], [0, 0, 1]]]).repeat(8, 1, 1)
+    cams = CameraBatch.pinhole(torch.eye(4).repeat(8, 1, 1), K, 38, 28)
+    with pytest.raises(ValueError, match="too large a batch"):
+        render_cameras(means, quats, scales, opacities, colors, cams)
+
+
 def _garden_inputs(dtype):
     data = shared_data_dir()
     if data is None or not (data / "garden" / "test_garden.npz").exists():
