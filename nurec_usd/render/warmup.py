@@ -23,16 +23,21 @@ import warp as wp
 
 from nurec_usd.render.warp_torch import init_warp
 
-__all__ = ["KernelWarmup", "BUILD_MODULES"]
+__all__ = ["KernelWarmup", "BUILD_MODULES", "BUILD_VARIANTS"]
 
 # The modules a build launches on its device, largest compile first (float64 variants live in
 # their own modules, which a build never launches: warp_kernels.modules).
 BUILD_MODULES = ("camera_project", "interpolate", "lidar_project", "camera_raster", "lidar_raster",
                  "tile_binning", "point_neighbors", "lidar_binning", "adam")
+# Float32 kernels that compile in Warp modules of their own, defined by the modules above: the
+# lidar projection's backward, and the pinhole projection (batches of pinhole cameras with a
+# global shutter) with its backward. (camera_project_poses serves the graphed renderer only.)
+BUILD_VARIANTS = ("lidar_project_backward", "camera_project_pinhole")
 
 
 class KernelWarmup:
-    """Compile ``BUILD_MODULES`` for a CUDA ``device`` in a background thread (no-op on the CPU)."""
+    """Compile ``BUILD_MODULES`` and ``BUILD_VARIANTS`` for a CUDA ``device`` in a background thread
+    (no-op on the CPU)."""
 
     def __init__(self, device: torch.device | str, workers: int | None = None):
         self.device = torch.device(device)
@@ -43,6 +48,7 @@ class KernelWarmup:
             return
         init_warp()  # here, not in the thread: Warp initialises once
         modules = [wp.get_module(importlib.import_module(f"warp_kernels.{name}").__name__) for name in BUILD_MODULES]
+        modules += [wp.get_module(f"warp_kernels.{name}") for name in BUILD_VARIANTS]  # defined by the imports above
         index = self.device.index if self.device.index is not None else torch.cuda.current_device()
         workers = workers or min(len(modules), max(1, (os.cpu_count() or 2) // 2))
         self._thread = threading.Thread(target=self._compile, args=(modules, f"cuda:{index}", workers),
