@@ -1,8 +1,10 @@
 """Warp-level (32-lane) helpers for the hand-written backward passes, as native snippets.
 
-CUDA: shuffles across the 32 lanes of a warp, so a gradient summed over a warp's pixels or
-rays costs one atomic instead of 32. Each must be reached by all 32 lanes. CPU: every
-thread stands alone (lane 0 of its own "warp"), so the helpers return the thread's value.
+CUDA: shuffles and votes across the 32 lanes of a warp, so a gradient summed over a warp's
+pixels or rays costs one atomic instead of 32. Each must be reached by all 32 lanes. CPU:
+every thread stands alone (lane 0 of a "warp" of width 1), so the sums return the thread's
+value and a ballot its own predicate; the multi-value sums (``warp_sum8``, ``warp_sum2``)
+have no CPU meaning, and kernels take another path there (``on_cuda``).
 """
 
 import warp as wp
