@@ -192,6 +192,19 @@ def test_invalid_actor_index_left_in_place_and_invisible():
     assert vis.tolist() == [0.0, 1.0, 0.0]
 
 
+def test_query_time_forms_agree():
+    """t as a 0-dim tensor, a one-element tensor, or another float dtype (cast on the device):
+    the same result."""
+    torch.manual_seed(3)
+    tracks = make_tracks(torch.float32)
+    g = make_gaussians(tracks, 20, 10, torch.float32)
+    ref = interpolate_gaussians(time(tracks, 2.25), **g, tracks=tracks)
+    for t in (torch.tensor([2.25]), torch.tensor(2.25, dtype=torch.float64), torch.tensor([2.25], dtype=torch.float64)):
+        out = interpolate_gaussians(t, **g, tracks=tracks)
+        for a, b in zip(out, ref):
+            assert torch.equal(a, b), t
+
+
 def test_empty_inputs():
     tracks = make_tracks(torch.float32)
     e3, e4, ei = torch.zeros(0, 3), torch.zeros(0, 4), torch.zeros(0, dtype=torch.int32)
