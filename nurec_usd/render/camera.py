@@ -278,9 +278,8 @@ class _RenderCameras(torch.autograd.Function):
         wdev = warp_device(device)
         launch(raster_bwd, [c * tiles_x * tiles_y],
                [ranges, values, *_per_splat((means2d, conics, colors, depths, opacities2d)), background, tiles_x,
-                tiles_x * tiles_y, w, h, alpha, last, grad_rgb, grad_alpha, grad_depth],
-               [c * n, g_raster], device=wdev,
-               block_dim=kraster.TILE_PIXELS, tiled=True)
+                tiles_x * tiles_y, w, h, alpha, last, grad_rgb, grad_alpha, grad_depth, c * n],
+               [g_raster], device=wdev, block_dim=kraster.TILE_PIXELS, tiled=True)
         g_dirs = torch.zeros(c, n, 3, dtype=dtype, device=device)
         if ctx.sh_degree < 0:
             g_sh[:, 0, :] = g_colors.sum(0)

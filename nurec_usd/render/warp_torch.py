@@ -119,9 +119,8 @@ def launch(kernel, dim, inputs: list, outputs: list = (), *, device: wp.context.
     ``wp.launch`` checks and packs every argument on every call; a render makes some 20
     launches, and small renders are bound by that host time. Arrays are passed as torch
     tensors (or None; a 0-dim tensor is a one-element array), viewed as the kernel declares
-    them (a vector dtype folds the last dim;
-    shapes and dtypes are checked, and the error names the argument); scalars as Python
-    numbers. Work goes to the device's current stream (``warp_device``), and a tensor passed
+    them (a vector dtype folds the last dim; shapes and dtypes are checked, and the error names
+    the argument); scalars as Python numbers. Work goes to the device's current stream (``warp_device``), and a tensor passed
     here needs to live only until this returns (torch's allocator reuses memory only for work
     queued later on the same stream).
     """
