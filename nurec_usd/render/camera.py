@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import warp as wp
 
+from nurec_usd.render.autograd_apply import direct_apply
 from nurec_usd.render.warp_torch import launch, warp_device, warp_view
 from nurec_usd.sensors.se3 import matrix_to_quat
 from warp_kernels import camera_project as kproj
@@ -194,13 +195,16 @@ class _RenderCameras(torch.autograd.Function):
         tiles_x, tiles_y = math.ceil(w / kbin.TILE_SIZE), math.ceil(h / kbin.TILE_SIZE)
         tiles = c * tiles_x * tiles_y
 
+        # Only means2d is zero-filled (returned: culled rows read 0). The projection writes every
+        # radius (0 = culled) and the other rows of visible splats only; nothing reads a culled
+        # splat's rows, and each fill is a launch of host time.
         means2d = torch.zeros(c, n, 2, dtype=dtype, device=device)  # returned: an allocation of its own
-        radii = torch.zeros(c, n, dtype=torch.int32, device=device)
-        conics, depths, dirs, opacities2d = _split(torch.zeros, [(c, n, 3), (c, n), (c, n, 3), (c, n)], dtype, device)
+        radii = torch.empty(c, n, dtype=torch.int32, device=device)
+        conics, depths, dirs, opacities2d = _split(torch.empty, [(c, n, 3), (c, n), (c, n, 3), (c, n)], dtype, device)
         if sh_degree < 0:  # colours given: the same for every camera
             colors = sh[:, 0, :].expand(c, n, 3).contiguous()
         else:
-            colors = torch.zeros(c, n, 3, dtype=dtype, device=device)
+            colors = torch.empty(c, n, 3, dtype=dtype, device=device)
         counts, offsets = _split(torch.empty, [(c * n + 1,), (c * n + 1,)], torch.int32, device)
         if c * n == 0:
             counts.zero_()  # (the tile count writes the leading zero)
@@ -310,6 +314,9 @@ class _RenderCameras(torch.autograd.Function):
         return g_means, g_quats, g_scales, g_opacities, g_sh, grad_background, None, None, None
 
 
+_apply_render_cameras = direct_apply(_RenderCameras)
+
+
 def render_cameras(
     means: torch.Tensor,  # [N, 3] world
     quats: torch.Tensor,  # [N, 4] (w, x, y, z), any norm
@@ -353,7 +360,7 @@ def render_cameras(
         background = torch.zeros(c, 3, dtype=dtype, device=means.device)
     background = background.to(dtype).expand(c, 3).contiguous()
     cams = cameras if cameras.params.dtype == dtype else cameras.to(dtype)
-    rgb, alpha, depth, means2d, radii, total, overflow = _RenderCameras.apply(
+    rgb, alpha, depth, means2d, radii, total, overflow = _apply_render_cameras(
         means.contiguous(), quats.contiguous(), scales.contiguous(), opacities.contiguous(), sh.contiguous(),
         background, cams, degree, settings)
     return CameraRender(rgb, alpha, depth, means2d, radii, total, overflow)

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 import torch
 import warp as wp
 
+from nurec_usd.render.autograd_apply import direct_apply
 from nurec_usd.render.warp_torch import launch, warp_device, warp_view
 from nurec_usd.sensors.se3 import invert_transform, matrix_to_quat
 from warp_kernels import lidar_binning as kbin
@@ -618,6 +619,9 @@ class _RenderLidar(torch.autograd.Function):
         return g_means, g_quats, g_scales, g_opacities, g_intensities, None, None
 
 
+_apply_render_lidar = direct_apply(_RenderLidar)
+
+
 def render_lidar(
     means: torch.Tensor,  # [N, 3] world, placed for the sweep
     quats: torch.Tensor,  # [N, 4] (w, x, y, z), any norm
@@ -652,8 +656,8 @@ def render_lidar(
         raise ValueError(f"settings.chunk must be a positive int or None, got {settings.chunk}")
     lid = lidar.to(dtype) if lidar.dtype != dtype else lidar  # (a batch made in the Gaussians' dtype skips this)
     (range_sum, int_sum, hit, median, splats, extents, total, overflow, ranges, items,
-     num_items) = _RenderLidar.apply(means.contiguous(), quats.contiguous(), scales.contiguous(),
-                                     opacities.contiguous(), intensities.contiguous(), lid, settings)
+     num_items) = _apply_render_lidar(means.contiguous(), quats.contiguous(), scales.contiguous(),
+                                         opacities.contiguous(), intensities.contiguous(), lid, settings)
     seen = hit > settings.min_hit
     denom = torch.where(seen, hit, torch.ones_like(hit))
     zero = torch.zeros_like(hit)

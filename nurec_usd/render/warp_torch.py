@@ -111,6 +111,11 @@ class _Command:
 _commands: dict[tuple, _Command] = {}
 
 
+def _scalar_value(a: object) -> object:
+    """A scalar parameter's value from None (0), a ctypes or Warp scalar (its ``value``) or a number."""
+    return 0 if a is None else getattr(a, "value", a)
+
+
 def launch(kernel, dim, inputs: list, outputs: list = (), *, device: wp.context.Device, block_dim: int | None = None,
            tiled: bool = False, adjoint: bool = False, adj_inputs: list = (), adj_outputs: list = ()) -> None:
     """``wp.launch`` (``wp.launch_tiled`` with ``tiled``) for hot paths: the launch is recorded once
@@ -120,9 +125,9 @@ def launch(kernel, dim, inputs: list, outputs: list = (), *, device: wp.context.
     launches, and small renders are bound by that host time. Arrays are passed as torch
     tensors (or None; a 0-dim tensor is a one-element array), viewed as the kernel declares
     them (a vector dtype folds the last dim; shapes and dtypes are checked, and the error names
-    the argument); scalars as Python numbers. Work goes to the device's current stream (``warp_device``), and a tensor passed
-    here needs to live only until this returns (torch's allocator reuses memory only for work
-    queued later on the same stream).
+    the argument); scalars as Python numbers. Work goes to the device's current stream
+    (``warp_device``), and a tensor passed here needs to live only until this returns (torch's
+    allocator reuses memory only for work queued later on the same stream).
     """
     dims = tuple(dim) if isinstance(dim, (tuple, list)) else (int(dim),)
     if 0 in dims:
@@ -146,19 +151,24 @@ def launch(kernel, dim, inputs: list, outputs: list = (), *, device: wp.context.
         cmd.dim = dims
     params, kinds, keys, slots = recorded.params, cmd.kinds, cmd.keys, cmd.slots
     for j, a in enumerate(args):
-        kind = kinds[j]
-        if kind == "array":
-            # the common cases inline: a tensor of the slot's last shape and dtype; None again
+        slot = slots[j]
+        if slot is not None:  # an array parameter
             key = keys[j]
-            if key is None:
-                if a is not None:
-                    cmd.set_array(j, a)
-            elif isinstance(a, torch.Tensor) and a.dtype is key[1] and a.shape == key[0] and a.is_contiguous():
-                slots[j].data = a.data_ptr()
-            else:
-                cmd.set_array(j, a)
-        elif kind == "scalar":
-            params[j + 1].value = 0 if a is None else getattr(a, "value", a)
+            if a is None:
+                if key is not None:
+                    cmd.set_array(j, None)
+                continue
+            # The common case inline: a tensor of the slot's last dtype and shape, contiguous. The
+            # attribute reads raise for what is not a tensor; set_array then says what is wrong.
+            try:
+                if a.dtype is key[1] and a.shape == key[0] and a.is_contiguous():
+                    slot.data = a.data_ptr()
+                    continue
+            except (AttributeError, TypeError):
+                pass
+            cmd.set_array(j, a)
+        elif kinds[j] == "scalar":
+            params[j + 1].value = a if type(a) is int or type(a) is float else _scalar_value(a)
         else:
             recorded.set_param_at_index(j % len(kernel.adj.args), a, adjoint=j >= len(kernel.adj.args))
     recorded.launch()
