@@ -205,6 +205,18 @@ def store_track_pose(
     out_visible[a] = vis
 
 
+@wp.func
+def pack_pose(q: Any, p: Any, visible: Any):
+    """A pose as one 8-vector (w, x, y, z, tx, ty, tz, visible): one buffer, one kernel argument."""
+    return wp.vector(q[3], q[0], q[1], q[2], p[0], p[1], p[2], visible)
+
+
+@wp.func
+def pose_translation(pose: Any):
+    """The translation of a packed pose."""
+    return wp.vector(pose[4], pose[5], pose[6])
+
+
 # ---------------------------------------------------------------------------------------------
 # Kernels
 
@@ -222,9 +234,7 @@ def poses_and_static(
     has_corr: int,
     static_means: wp.array(dtype=Any),  # [Ns] vec3
     static_quats: wp.array(dtype=Any),  # [Ns] vec4 (w, x, y, z)
-    pose_quats: wp.array(dtype=Any),  # [A] vec4 (w, x, y, z) out
-    pose_translations: wp.array(dtype=Any),  # [A] vec3 out
-    pose_visible: wp.array(dtype=Any),  # [A] out
+    poses: wp.array(dtype=Any),  # [A] vec8 (w, x, y, z, tx, ty, tz, visible) out
     out_means: wp.array(dtype=Any),  # [Ns+Na] vec3 out (the first Ns rows here)
     out_quats: wp.array(dtype=Any),  # [Ns+Na] vec4 out
     out_visible: wp.array(dtype=Any),  # [Ns+Na] out
@@ -232,8 +242,9 @@ def poses_and_static(
     """Threads [0, num_poses): the actors' poses at t; then one thread per static Gaussian, copied."""
     i = wp.tid()
     if i < num_poses:
-        store_track_pose(t[0], i, key_offsets, key_times, key_translations, key_quats, corr_translations,
-                         corr_rotations, has_corr, pose_quats, pose_translations, pose_visible)
+        q, p, vis = track_pose(t[0], i, key_offsets, key_times, key_translations, key_quats, corr_translations,
+                               corr_rotations, has_corr)
+        poses[i] = pack_pose(q, p, vis)
     else:
         j = i - num_poses
         out_means[j] = static_means[j]
@@ -247,9 +258,7 @@ def interpolate_actors(
     actor_means: wp.array(dtype=Any),  # [Na] vec3, box frame
     actor_quats: wp.array(dtype=Any),  # [Na] vec4 (w, x, y, z), box frame
     actor_index: wp.array(dtype=wp.int32),  # [Na]
-    pose_quats: wp.array(dtype=Any),  # [A] vec4 (w, x, y, z), from poses_and_static
-    pose_translations: wp.array(dtype=Any),  # [A] vec3
-    pose_visible: wp.array(dtype=Any),  # [A] 1 or 0
+    poses: wp.array(dtype=Any),  # [A] vec8 (w, x, y, z, tx, ty, tz, visible), from poses_and_static
     out_means: wp.array(dtype=Any),  # [Ns+Na] vec3, world (rows Ns.. here)
     out_quats: wp.array(dtype=Any),  # [Ns+Na] vec4 (w, x, y, z), world
     out_visible: wp.array(dtype=Any),  # [Ns+Na] 1 or 0
@@ -260,11 +269,12 @@ def interpolate_actors(
     qv = actor_quats[j]
     m = actor_means[j]
     vis = type(qv[0])(0.0)
-    if a >= 0 and a < pose_visible.shape[0]:
-        q = load_quat(pose_quats[a])
-        m = wp.quat_rotate(q, m) + pose_translations[a]
+    if a >= 0 and a < poses.shape[0]:
+        pose = poses[a]
+        q = load_quat(pose)  # its first four entries
+        m = wp.quat_rotate(q, m) + pose_translation(pose)
         qv = store_quat(q * load_quat(qv))
-        vis = pose_visible[a]
+        vis = pose[7]
     out_means[num_static + j] = m
     out_quats[num_static + j] = qv
     out_visible[num_static + j] = vis
@@ -277,7 +287,7 @@ def interpolate_backward_actors(
     actor_means: wp.array(dtype=Any),  # [Na] vec3
     actor_quats: wp.array(dtype=Any),  # [Na] vec4 (w, x, y, z)
     actor_index: wp.array(dtype=wp.int32),  # [Na]
-    pose_quats: wp.array(dtype=Any),  # [A] vec4 (w, x, y, z), the forward's actor_poses
+    poses: wp.array(dtype=Any),  # [A] vec8 (w, x, y, z, tx, ty, tz, visible), the forward's
     grad_out_means: wp.array(dtype=Any),  # [Ns+Na] vec3
     grad_out_quats: wp.array(dtype=Any),  # [Ns+Na] vec4
     accumulate_pose: int,
@@ -292,7 +302,7 @@ def interpolate_backward_actors(
     reduction needs every thread of a block.
     """
     j = wp.tid()
-    num_actors = pose_quats.shape[0]
+    num_actors = poses.shape[0]
     zero = type(grad_out_means[0][0])(0.0)
     gq_pose = wp.vector(zero, zero, zero, zero)  # dL/d(pose quaternion), (w, x, y, z)
     gp_pose = wp.vector(zero, zero, zero)  # dL/d(pose translation)
@@ -300,7 +310,7 @@ def interpolate_backward_actors(
     if j < num_actor_gaussians:
         a = actor_index[j]
         if a >= 0 and a < num_actors:
-            q = load_quat(pose_quats[a])
+            q = load_quat(poses[a])  # its first four entries
             m = actor_means[j]
             ql = load_quat(actor_quats[j])
             gm = grad_out_means[num_static + j]
@@ -397,9 +407,11 @@ def _declare_overloads(scalar: type) -> None:
     first, actors, backward_actors, poses = _generic_kernels(scalar)
     vec3 = wp.types.vector(3, scalar)
     vec4 = wp.types.vector(4, scalar)
+    vec8 = wp.types.vector(8, scalar)
     s = wp.array(dtype=scalar)
     v3 = wp.array(dtype=vec3)
     v4 = wp.array(dtype=vec4)
+    v8 = wp.array(dtype=vec8)
     i32 = wp.array(dtype=wp.int32)
     keys = {
         "key_offsets": i32,
@@ -419,9 +431,7 @@ def _declare_overloads(scalar: type) -> None:
             **keys,
             "static_means": v3,
             "static_quats": v4,
-            "pose_quats": v4,
-            "pose_translations": v3,
-            "pose_visible": s,
+            "poses": v8,
             "out_means": v3,
             "out_quats": v4,
             "out_visible": s,
@@ -434,9 +444,7 @@ def _declare_overloads(scalar: type) -> None:
             "actor_means": v3,
             "actor_quats": v4,
             "actor_index": i32,
-            "pose_quats": v4,
-            "pose_translations": v3,
-            "pose_visible": s,
+            "poses": v8,
             "out_means": v3,
             "out_quats": v4,
             "out_visible": s,
@@ -450,7 +458,7 @@ def _declare_overloads(scalar: type) -> None:
             "actor_means": v3,
             "actor_quats": v4,
             "actor_index": i32,
-            "pose_quats": v4,
+            "poses": v8,
             "grad_out_means": v3,
             "grad_out_quats": v4,
             "accumulate_pose": int,

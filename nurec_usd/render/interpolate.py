@@ -6,8 +6,9 @@ rotations) from the actor's box frame into the world, and writes them after the 
 Gaussians into the arrays the renderer consumes, in two kernel launches without any host
 synchronisation (``t`` stays on the device): the actors' poses and the static copy, then the
 actor Gaussians. (One launch in which every actor Gaussian searched its own track took 66 us
-of GPU time on an H200; the two take 47-50 us, and the first runs while the host prepares the
-second: benchmarks/RESULTS.md, interp.)
+of GPU time on an H200; the two take 45-50 us: benchmarks/RESULTS.md, interp.) Both are queued
+before the autograd node is built; under ``torch.no_grad()``, or when no input needs a
+gradient, none is built.
 
 Choices:
   * Tracks are CSR (:class:`TrackKeys`); actor a's keys are ``key_offsets[a]:key_offsets[a+1]``.
@@ -32,6 +33,8 @@ from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 import torch
+
+from nurec_usd.render.autograd_apply import direct_apply
 
 __all__ = ["TrackKeys", "PoseCorrections", "interpolate_gaussians", "actor_poses"]
 
@@ -268,38 +271,30 @@ class _InterpolateGaussians(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx,
-        t: torch.Tensor,  # [1]
         static_means: torch.Tensor,  # [Ns, 3]
         static_quats: torch.Tensor,  # [Ns, 4]
         actor_means: torch.Tensor,  # [Na, 3]
         actor_quats: torch.Tensor,  # [Na, 4]
         corr_t: torch.Tensor | None,  # [K, 3]
         corr_w: torch.Tensor | None,  # [K, 3]
-        actor_index: torch.Tensor,  # [Na] int32
-        tracks: TrackKeys,
-        queued: tuple[torch.Tensor, ...],  # from interpolate_gaussians, already queued: the poses at
-        # t (quaternions [A, 4], translations [A, 3], visibility [A]) and the outputs with their
-        # static rows written (means [Ns+Na, 3], quats [Ns+Na, 4], visible [Ns+Na]). A tuple, not
-        # tensor arguments: they need no gradient, and autograd's per-tensor work costs host time.
+        queued: tuple,  # from _queue_forward: the outputs, already queued, and what the backward
+        # reads. A tuple, not tensor arguments: they need no gradient, and autograd's per-tensor
+        # work costs host time.
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        pose_quats, pose_trans, pose_vis, out_means, out_quats, out_vis = queued
-        dtype, device = static_means.dtype, static_means.device
-        Ns, Na = static_means.shape[0], actor_means.shape[0]
-        if Na > 0:
-            _launch("interpolate_actors", dtype, device, Na, [Ns, actor_means, actor_quats, actor_index, pose_quats,
-                                                             pose_trans, pose_vis, out_means, out_quats, out_vis])
+        t, actor_index, tracks, poses, out_means, out_quats, out_vis = queued
         ctx.mark_non_differentiable(out_vis)
+        # t and actor_index are saved, not kept as attributes: saving checks they are unchanged
+        # when the backward reads them.
         ctx.save_for_backward(t, actor_means, actor_quats, corr_t, corr_w, actor_index)
-        ctx.pose_quats = pose_quats  # a function input, not an output: no reference cycle
+        ctx.poses = poses  # made here, not an output: no reference cycle
         ctx.tracks = tracks
-        ctx.num_static = Ns
+        ctx.num_static = static_means.shape[0]
         return out_means, out_quats, out_vis
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_means: torch.Tensor, g_quats: torch.Tensor, _g_vis: torch.Tensor):
         t, actor_means, actor_quats, corr_t, corr_w, actor_index = ctx.saved_tensors
-        pose_quats = ctx.pose_quats
         tracks: TrackKeys = ctx.tracks
         Ns, Na, A = ctx.num_static, actor_means.shape[0], tracks.num_actors
         need = ctx.needs_input_grad
@@ -308,12 +303,12 @@ class _InterpolateGaussians(torch.autograd.Function):
         g_quats = g_quats.contiguous()
 
         # Static Gaussians: the identity, so their gradients are views of the incoming ones.
-        g_static_means = g_means[:Ns] if need[1] else None
-        g_static_quats = g_quats[:Ns] if need[2] else None
+        g_static_means = g_means[:Ns] if need[0] else None
+        g_static_quats = g_quats[:Ns] if need[1] else None
 
         g_actor_means = g_actor_quats = g_corr_t = g_corr_w = None
-        need_actor = need[3] or need[4]
-        need_pose = corr_t is not None and (need[5] or need[6]) and A > 0
+        need_actor = need[2] or need[3]
+        need_pose = corr_t is not None and (need[4] or need[5]) and A > 0
         if Na > 0 and (need_actor or need_pose):
             k = _warp()
             g_actor_means = torch.empty(Na, 3, dtype=dtype, device=device)
@@ -338,7 +333,7 @@ class _InterpolateGaussians(torch.autograd.Function):
                     actor_means,
                     actor_quats,
                     actor_index,
-                    pose_quats,
+                    ctx.poses,
                     g_means,
                     g_quats,
                     int(need_pose),
@@ -368,15 +363,18 @@ class _InterpolateGaussians(torch.autograd.Function):
                     adj_outputs=[g_pose_q, g_pose_p, None],
                     adjoint=True,
                 )
-            if not need[3]:
+            if not need[2]:
                 g_actor_means = None
-            if not need[4]:
+            if not need[3]:
                 g_actor_quats = None
-            if not need[5]:
+            if not need[4]:
                 g_corr_t = None
-            if not need[6]:
+            if not need[5]:
                 g_corr_w = None
-        return None, g_static_means, g_static_quats, g_actor_means, g_actor_quats, g_corr_t, g_corr_w, None, None, None
+        return g_static_means, g_static_quats, g_actor_means, g_actor_quats, g_corr_t, g_corr_w, None
+
+
+_apply_interpolation = direct_apply(_InterpolateGaussians)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -440,25 +438,40 @@ def _check_gaussians(
         raise ValueError(f"actor_index is on {actor_index.device}, the tracks on {device}")
 
 
-def _queue_poses_and_static(t: torch.Tensor, tracks: TrackKeys, corr_t: torch.Tensor | None,
-                            corr_w: torch.Tensor | None, static_means: torch.Tensor, static_quats: torch.Tensor,
-                            Na: int) -> tuple[torch.Tensor, ...]:
-    """The forward's first launch, queued before the autograd call: the actors' poses at t (when
-    any Gaussian is an actor's) and the static Gaussians copied into the new outputs. Returns
-    (pose quats [A, 4], pose translations [A, 3], pose visibility [A], out means [Ns+Na, 3],
-    out quats [Ns+Na, 4], out visible [Ns+Na]).
+def _queue_forward(t: torch.Tensor, tracks: TrackKeys, corr_t: torch.Tensor | None, corr_w: torch.Tensor | None,
+                   static_means: torch.Tensor, static_quats: torch.Tensor, actor_means: torch.Tensor,
+                   actor_quats: torch.Tensor, actor_index: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The forward's two launches. Returns (poses [A, 8] (w, x, y, z, tx, ty, tz, visible),
+    means [Ns+Na, 3], quats [Ns+Na, 4], visible [Ns+Na]).
 
-    The poses are chains of dependent reads (~20 us on an H200) that the copy hides; both run
-    while the host prepares the launch of the actor Gaussians."""
+    1. The actors' poses at t (when any Gaussian is an actor's) and the static Gaussians copied
+       into the outputs: the poses are chains of dependent reads (~20 us on an H200) that the
+       copy hides.
+    2. The actor Gaussians, each moved by its actor's pose.
+
+    Both are queued before the autograd call, so the device works while the host builds the
+    autograd node: on a small scene the host is the slower of the two.
+    """
     dtype, device = tracks.dtype, tracks.device
-    A, Ns = (tracks.num_actors if Na > 0 else 0), static_means.shape[0]
-    queued = (torch.empty(A, 4, dtype=dtype, device=device), torch.empty(A, 3, dtype=dtype, device=device),
-              torch.empty(A, dtype=dtype, device=device), torch.empty(Ns + Na, 3, dtype=dtype, device=device),
-              torch.empty(Ns + Na, 4, dtype=dtype, device=device), torch.empty(Ns + Na, dtype=dtype, device=device))
-    if A + Ns > 0:
-        _launch("poses_and_static", dtype, device, A + Ns,
-                [t, A, *_track_arrays(tracks, corr_t, corr_w), static_means, static_quats, *queued])
-    return queued
+    Ns, Na = static_means.shape[0], actor_means.shape[0]
+    A = tracks.num_actors if Na > 0 else 0
+    poses = torch.empty(A, 8, dtype=dtype, device=device)
+    means = torch.empty(Ns + Na, 3, dtype=dtype, device=device)
+    quats = torch.empty(Ns + Na, 4, dtype=dtype, device=device)
+    visible = torch.empty(Ns + Na, dtype=dtype, device=device)
+    if A + Ns == 0:
+        return poses, means, quats, visible
+    if _kernels is None:
+        _warp()
+    wdev = _warp_torch.warp_device(device)  # once for both launches: it costs host time
+    launch = _warp_torch.launch
+    launch(_overloads["poses_and_static", dtype], A + Ns,
+           [t, A, *_track_arrays(tracks, corr_t, corr_w), static_means, static_quats, poses, means, quats, visible],
+           device=wdev)
+    if Na > 0:
+        launch(_overloads["interpolate_actors", dtype], Na,
+               [Ns, actor_means, actor_quats, actor_index, poses, means, quats, visible], device=wdev)
+    return poses, means, quats, visible
 
 
 def _queue_actor_poses(t: torch.Tensor, tracks: TrackKeys, corr_t: torch.Tensor | None,
@@ -511,10 +524,16 @@ def interpolate_gaussians(
     corr_t, corr_w = (None, None) if pose_corrections is None else (c(x) for x in pose_corrections)
     t = _query_time(t, tracks.dtype)
     static_means, static_quats = c(static_means), c(static_quats)
-    queued = _queue_poses_and_static(t, tracks, corr_t, corr_w, static_means, static_quats, actor_means.shape[0])
-    return _InterpolateGaussians.apply(
-        t, static_means, static_quats, c(actor_means), c(actor_quats), corr_t, corr_w, c(actor_index), tracks, queued
-    )
+    actor_means, actor_quats, actor_index = c(actor_means), c(actor_quats), c(actor_index)
+    poses, means, quats, visible = _queue_forward(t, tracks, corr_t, corr_w, static_means, static_quats,
+                                                  actor_means, actor_quats, actor_index)
+    wants_grad = (static_means.requires_grad or static_quats.requires_grad or actor_means.requires_grad
+                  or actor_quats.requires_grad
+                  or (corr_t is not None and (corr_t.requires_grad or corr_w.requires_grad)))
+    if not (wants_grad and torch.is_grad_enabled()):
+        return means, quats, visible  # inference (replay, rendering): no autograd node to build
+    return _apply_interpolation(static_means, static_quats, actor_means, actor_quats, corr_t, corr_w,
+                                (t, actor_index, tracks, poses, means, quats, visible))
 
 
 @torch.no_grad()

@@ -267,6 +267,26 @@ def test_backward_only_what_is_asked():
     torch.testing.assert_close(grad, ref, atol=1e-4, rtol=1e-4)
 
 
+def test_without_gradients_no_graph_and_the_same_values():
+    """Under no_grad, or when no input needs a gradient, the outputs carry no autograd node and
+    equal those of a differentiable call."""
+    torch.manual_seed(5)
+    tracks = make_tracks(torch.float32)
+    g = make_gaussians(tracks, ns=6, per_actor=4, dtype=torch.float32)
+    inputs = _leaf_inputs(tracks, g, make_corrections(tracks), time(tracks, 2.25))
+    ref = interpolate_gaussians(**inputs)
+    assert ref[0].grad_fn is not None and ref[1].grad_fn is not None
+    with torch.no_grad():
+        no_grad = interpolate_gaussians(**inputs)
+    plain = {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    plain["pose_corrections"] = PoseCorrections(*(c.detach() for c in inputs["pose_corrections"]))
+    detached = interpolate_gaussians(**plain)
+    for out in (no_grad, detached):
+        assert all(x.grad_fn is None and not x.requires_grad for x in out)
+        for a, b in zip(out, ref):
+            assert torch.equal(a, b.detach())
+
+
 @pytest.mark.parametrize("sort", [True, False])
 def test_block_reduction_of_pose_gradients(sort, monkeypatch):
     """The GPU path: 256-thread blocks reduce pose gradients before their atomics.
