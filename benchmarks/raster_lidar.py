@@ -149,6 +149,8 @@ def main() -> None:
     ap.add_argument("--cubin-dir", type=Path, default=None,
                     help="where --registers writes cubins (default: $OUT/lidar_cubins, or a temp dir)")
     ap.add_argument("--profile", action="store_true", help="print the kernels of one forward+backward (torch profiler)")
+    ap.add_argument("--chunk", type=int, default=None,
+                    help="Gaussians per work item, fixed (default: the renderer's adaptive length)")
     ap.add_argument("--min-blocks", type=int, default=None,
                     help="launch bounds of the float32 raster kernels: blocks per SM (4: <= 64 registers; 0: none)")
     args = ap.parse_args()
@@ -181,7 +183,8 @@ def main() -> None:
         rays = lidar.channels * lidar.columns
         first = render_lidar(*params, lidar)
         wanted = int(first.intersections)
-        settings = LidarRenderSettings(capacity=int(wanted * 1.2) + 1024)  # fixed capacity: no host sync in a render
+        # fixed capacity: no host sync in a render
+        settings = LidarRenderSettings(capacity=int(wanted * 1.2) + 1024, chunk=args.chunk)
         out = render_lidar(*params, lidar, settings=settings)
         assert not bool(out.overflow)
         work = tile_work(lidar, out.tile_ranges, out.work_items, out.num_items)

@@ -31,10 +31,17 @@ holds every ray where alpha >= ALPHA_MIN), so results do not change.
 Work items. A tile's Gaussian list is cut into chunks of at most L Gaussians, each chunk
 one block of the rasterizer: a handful of tiles (looking down a street at the horizon)
 would otherwise hold many times the mean work and set the kernel's tail. L is computed on
-the device from the number of intersections, ``L = max(CHUNK_MIN, ceil(CHUNK_FACTOR *
-intersections / tiles))``, so no chunk exceeds CHUNK_FACTOR times the mean tile's work and
-there are at most ``tiles + ceil(tiles / CHUNK_FACTOR)`` items: the launch size is fixed,
-with no host synchronisation. Items of one tile are consecutive, in front-to-back order.
+the device from the number of intersections, ``L = max(CHUNK_MIN, ceil(intersections /
+(CHUNKS_PER_TILE * tiles)))``: the mean tile's list makes about CHUNKS_PER_TILE chunks, no
+chunk holds more than 1 / CHUNKS_PER_TILE of the mean tile's work, and there are at most
+``(CHUNKS_PER_TILE + 1) * tiles`` items: the launch size is fixed, with no host
+synchronisation. Items of one tile are consecutive, in front-to-back order.
+
+Why a third of the mean tile: forward + backward on an H200 (benchmarks/RESULTS.md,
+raster-lidar), with chunks of a fixed length, was fastest at about 0.35 of the mean tile's list
+at 1M and 5M Gaussians (2.65 and 8.96 ms), against 3.41 and 13.13 ms at twice the mean: short
+chunks spread the horizon tiles over many blocks, which costs a merge and a transmittance pass
+per chunk and pays back in the tail.
 """
 
 import math
@@ -49,7 +56,7 @@ wp.set_module_options({"enable_backward": False})
 TILE_RAYS = 256  # rays per tile = threads per rasterizer block
 KEY_PAD = wp.constant(wp.int32(0x7FFFFFFF))  # sorts after every real key
 CHUNK_MIN = 256  # never cut a tile's list finer than this (a chunk costs a block and a merge)
-CHUNK_FACTOR = 2  # a chunk holds at most this many times the mean tile's Gaussians
+CHUNKS_PER_TILE = 3  # the mean tile's list is cut into about this many chunks
 WARPS = TILE_RAYS // 32  # CUDA warps per rasterizer block
 RECT_MARGIN = 1e-3  # relative widening of a splat's box in the warp test: rounding never culls a visible pair
 
@@ -62,7 +69,7 @@ def max_work_items(tiles: int, capacity: int, fixed_chunk: int = 0) -> int:
     has one, plus one per full chunk, and there are at most intersections / L full chunks."""
     if fixed_chunk > 0:
         return tiles + capacity // fixed_chunk + 1
-    return tiles + (tiles + CHUNK_FACTOR - 1) // CHUNK_FACTOR + 1
+    return tiles + CHUNKS_PER_TILE * tiles + 1
 
 
 @wp.func
@@ -262,9 +269,9 @@ def count_items(
     t = wp.tid()
     tiles = ranges.shape[0]
     valid = wp.min(total[0], capacity)
-    # ceil(CHUNK_FACTOR * valid / tiles) in int64: valid * CHUNK_FACTOR may pass 2^31
-    mean_ceil = int((wp.int64(CHUNK_FACTOR) * wp.int64(valid) + wp.int64(tiles - 1)) / wp.int64(tiles))
-    L = wp.max(CHUNK_MIN, mean_ceil)
+    # ceil(valid / (CHUNKS_PER_TILE * tiles)) in int64: the product may pass 2^31
+    parts = wp.int64(CHUNKS_PER_TILE) * wp.int64(tiles)
+    L = wp.max(CHUNK_MIN, int((wp.int64(valid) + parts - wp.int64(1)) / parts))
     if fixed_chunk > 0:
         L = fixed_chunk
     if t == 0:

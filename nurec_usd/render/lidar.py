@@ -380,7 +380,7 @@ class LidarRenderSettings:
 
     capacity: int | None = None  # (tile, Gaussian) intersections buffer; None: sized exactly (one host sync)
     min_hit: float = 1e-3  # rays with a smaller hit probability report range and intensity 0
-    chunk: int | None = None  # Gaussians per work item; None: max(CHUNK_MIN, CHUNK_FACTOR x the mean tile's)
+    chunk: int | None = None  # Gaussians per work item; None: max(CHUNK_MIN, the mean tile's / CHUNKS_PER_TILE)
 
 
 @dataclass

@@ -459,15 +459,21 @@ def street_lidar(channels: int = 128, columns: int = 2048, dtype: torch.dtype = 
 
 def test_tile_work_is_balanced_on_a_street():
     """Looking down a street, a few horizon tiles hold many times the mean work; the work items
-    cut them so that no rasterizer block gets more than CHUNK_FACTOR (2) times the mean tile's."""
-    from warp_kernels.lidar_binning import CHUNK_FACTOR
+    cut every list into chunks of L = max(CHUNK_MIN, ceil(intersections / (CHUNKS_PER_TILE *
+    tiles))), so no rasterizer block gets more than L / (the mean tile's list) of its work."""
+    from warp_kernels.lidar_binning import CHUNK_MIN, CHUNKS_PER_TILE, max_work_items
 
     lidar = street_lidar(64, 1024)
     params = street_scene(150_000)
     bins = bin_lidar(*params, lidar, LidarRenderSettings())
     stats = tile_work(lidar, bins.tile_ranges, bins.items, bins.num_items)
     assert stats["max_tile_ratio"] > 4, "the street should overload some tiles (else this test shows nothing)"
-    assert stats["max_item_ratio"] <= CHUNK_FACTOR * 1.01
+    tiles, total = lidar.tiles.num_tiles, int(bins.total)
+    L = int(bins.chunk)
+    assert L == max(CHUNK_MIN, -(-total // (CHUNKS_PER_TILE * tiles)))
+    assert L > CHUNK_MIN, "the list lengths should set L here (else this test shows only the floor)"
+    assert stats["max_item_ratio"] <= L / (total / tiles) * 1.01 < 0.5
+    assert int(bins.num_items) <= max_work_items(tiles, total)
     # the items cover each tile's list exactly, in order
     items = bins.items[: int(bins.num_items)].long()
     covered = torch.zeros(lidar.tiles.num_tiles, dtype=torch.long).index_add_(0, items[:, 0], items[:, 2] - items[:, 1])
