@@ -33,15 +33,16 @@ one block of the rasterizer: a handful of tiles (looking down a street at the ho
 would otherwise hold many times the mean work and set the kernel's tail. L is computed on
 the device from the number of intersections, ``L = max(CHUNK_MIN, ceil(intersections /
 (CHUNKS_PER_TILE * tiles)))``: the mean tile's list makes about CHUNKS_PER_TILE chunks, no
-chunk holds more than 1 / CHUNKS_PER_TILE of the mean tile's work, and there are at most
+chunk holds more than 1 / CHUNKS_PER_TILE of the mean tile's work (or CHUNK_MIN), and there are at most
 ``(CHUNKS_PER_TILE + 1) * tiles`` items: the launch size is fixed, with no host
 synchronisation. Items of one tile are consecutive, in front-to-back order.
 
-Why a third of the mean tile: forward + backward on an H200 (benchmarks/RESULTS.md,
-raster-lidar), with chunks of a fixed length, was fastest at about 0.35 of the mean tile's list
-at 1M and 5M Gaussians (2.65 and 8.96 ms), against 3.41 and 13.13 ms at twice the mean: short
-chunks spread the horizon tiles over many blocks, which costs a merge and a transmittance pass
-per chunk and pays back in the tail.
+Why a sixth of the mean tile: forward + backward on an H200 (benchmarks/RESULTS.md,
+raster-lidar) with chunks of fixed lengths was fastest at 256 Gaussians for 1M (2.33 ms; the
+mean tile's list is 1,409) and at 512-1,024 for 5M (8.5-8.7 ms; mean 6,480), against 3.41
+and 13.13 ms with the earlier chunks of twice the mean list. Short chunks spread the horizon
+tiles over many blocks: each costs a block, a merge and a transmittance pass, and they pay
+back in the tail. 128 was slower again at 1M (2.73 ms), hence CHUNK_MIN.
 """
 
 import math
@@ -56,7 +57,7 @@ wp.set_module_options({"enable_backward": False})
 TILE_RAYS = 256  # rays per tile = threads per rasterizer block
 KEY_PAD = wp.constant(wp.int32(0x7FFFFFFF))  # sorts after every real key
 CHUNK_MIN = 256  # never cut a tile's list finer than this (a chunk costs a block and a merge)
-CHUNKS_PER_TILE = 3  # the mean tile's list is cut into about this many chunks
+CHUNKS_PER_TILE = 6  # the mean tile's list is cut into about this many chunks
 WARPS = TILE_RAYS // 32  # CUDA warps per rasterizer block
 RECT_MARGIN = 1e-3  # relative widening of a splat's box in the warp test: rounding never culls a visible pair
 
