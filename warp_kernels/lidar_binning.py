@@ -33,9 +33,9 @@ one block of the rasterizer: a handful of tiles (looking down a street at the ho
 would otherwise hold many times the mean work and set the kernel's tail. L is computed on
 the device from the number of intersections, ``L = max(CHUNK_MIN, ceil(intersections /
 (CHUNKS_PER_TILE * tiles)))``: the mean tile's list makes about CHUNKS_PER_TILE chunks, no
-chunk holds more than 1 / CHUNKS_PER_TILE of the mean tile's work (or CHUNK_MIN), and there are at most
-``(CHUNKS_PER_TILE + 1) * tiles`` items: the launch size is fixed, with no host
-synchronisation. Items of one tile are consecutive, in front-to-back order.
+chunk holds more than 1 / CHUNKS_PER_TILE of the mean tile's work (or CHUNK_MIN Gaussians),
+and there are at most ``(CHUNKS_PER_TILE + 1) * tiles`` items: the launch size is fixed,
+with no host synchronisation. Items of one tile are consecutive, in front-to-back order.
 
 Why a sixth of the mean tile: forward + backward on an H200 (benchmarks/RESULTS.md,
 raster-lidar) with chunks of fixed lengths was fastest at 256 Gaussians for 1M (2.33 ms; the
