@@ -459,16 +459,17 @@ def _queue_forward(t: torch.Tensor, tracks: TrackKeys, corr_t: torch.Tensor | No
     means = torch.empty(Ns + Na, 3, dtype=dtype, device=device)
     quats = torch.empty(Ns + Na, 4, dtype=dtype, device=device)
     visible = torch.empty(Ns + Na, dtype=dtype, device=device)
-    if A + Ns == 0:
+    if Ns + Na == 0:
         return poses, means, quats, visible
     if _kernels is None:
         _warp()
     wdev = _warp_torch.warp_device(device)  # once for both launches: it costs host time
     launch = _warp_torch.launch
-    launch(_overloads["poses_and_static", dtype], A + Ns,
-           [t, A, *_track_arrays(tracks, corr_t, corr_w), static_means, static_quats, poses, means, quats, visible],
-           device=wdev)
-    if Na > 0:
+    if A + Ns > 0:
+        launch(_overloads["poses_and_static", dtype], A + Ns,
+               [t, A, *_track_arrays(tracks, corr_t, corr_w), static_means, static_quats, poses, means, quats,
+                visible], device=wdev)
+    if Na > 0:  # (with no tracks at all, A = 0: the actor Gaussians stay in place, invisible)
         launch(_overloads["interpolate_actors", dtype], Na,
                [Ns, actor_means, actor_quats, actor_index, poses, means, quats, visible], device=wdev)
     return poses, means, quats, visible

@@ -205,6 +205,17 @@ def test_query_time_forms_agree():
             assert torch.equal(a, b), t
 
 
+def test_actor_gaussians_without_any_track_or_static_gaussian():
+    """No tracks and no static Gaussians: the actor Gaussians are still written, in place and
+    invisible (their indices name no track)."""
+    no_tracks = TrackKeys.from_tracks([])
+    am, aq = torch.randn(3, 3), torch.randn(3, 4)
+    index = torch.tensor([0, -1, 2], dtype=torch.int32)
+    means, quats, vis = interpolate_gaussians(time(no_tracks, 1.0), torch.zeros(0, 3), torch.zeros(0, 4), am, aq,
+                                              index, no_tracks)
+    assert torch.equal(means, am) and torch.equal(quats, aq) and vis.tolist() == [0.0, 0.0, 0.0]
+
+
 def test_empty_inputs():
     tracks = make_tracks(torch.float32)
     e3, e4, ei = torch.zeros(0, 3), torch.zeros(0, 4), torch.zeros(0, dtype=torch.int32)
