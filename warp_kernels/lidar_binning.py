@@ -30,19 +30,23 @@ holds every ray where alpha >= ALPHA_MIN), so results do not change.
 
 Work items. A tile's Gaussian list is cut into chunks of at most L Gaussians, each chunk
 one block of the rasterizer: a handful of tiles (looking down a street at the horizon)
-would otherwise hold many times the mean work and set the kernel's tail. L is computed on
-the device from the number of intersections, ``L = max(CHUNK_MIN, ceil(intersections /
-(CHUNKS_PER_TILE * tiles)))``: the mean tile's list makes about CHUNKS_PER_TILE chunks, no
-chunk holds more than 1 / CHUNKS_PER_TILE of the mean tile's work (or CHUNK_MIN Gaussians),
-and there are at most ``(CHUNKS_PER_TILE + 1) * tiles`` items: the launch size is fixed,
-with no host synchronisation. Items of one tile are consecutive, in front-to-back order.
+would otherwise hold many times the mean work and set the kernel's tail. L is a fraction
+num / den of the mean tile's list, computed on the device from the number of intersections:
+``L = max(CHUNK_MIN, ceil(num * intersections / (den * tiles)))``. No chunk then holds more
+than num / den of the mean tile's work (or CHUNK_MIN Gaussians), and there are at most
+``tiles + ceil(den * tiles / num)`` items: the launch size is fixed, with no host
+synchronisation. Items of one tile are consecutive, in front-to-back order.
 
-Why a sixth of the mean tile: forward + backward on an H200 (benchmarks/RESULTS.md,
-raster-lidar) with chunks of fixed lengths was fastest at 256 Gaussians for 1M (2.33 ms; the
-mean tile's list is 1,409) and at 512-1,024 for 5M (8.5-8.7 ms; mean 6,480), against 3.41
-and 13.13 ms with the earlier chunks of twice the mean list. Short chunks spread the horizon
-tiles over many blocks: each costs a block, a merge and a transmittance pass, and they pay
-back in the tail. 128 was slower again at 1M (2.73 ms), hence CHUNK_MIN.
+The fraction depends on the device (``CHUNK_OF_MEAN``):
+  * CUDA, a sixth. Forward + backward on an H200 (benchmarks/RESULTS.md, raster-lidar) with
+    chunks of fixed lengths was fastest at 256 Gaussians for 1M (2.33 ms; the mean tile's
+    list is 1,409) and at 512-1,024 for 5M (8.5-8.7 ms; mean 6,480), against 3.41 and 13.13
+    ms with chunks of twice the mean list. Short chunks spread the horizon tiles over many
+    blocks: each costs a block, a merge and a transmittance pass, and they pay back in the
+    tail. 128 was slower again at 1M (2.73 ms), hence CHUNK_MIN.
+  * CPU, twice the mean. The CPU runs blocks one after another, so there is no tail to cut,
+    only the extra passes: on a street of 150k Gaussians, forward + backward took 2.1 s with
+    a sixth and 1.4 s with twice the mean.
 """
 
 import math
@@ -57,7 +61,8 @@ wp.set_module_options({"enable_backward": False})
 TILE_RAYS = 256  # rays per tile = threads per rasterizer block
 KEY_PAD = wp.constant(wp.int32(0x7FFFFFFF))  # sorts after every real key
 CHUNK_MIN = 256  # never cut a tile's list finer than this (a chunk costs a block and a merge)
-CHUNKS_PER_TILE = 6  # the mean tile's list is cut into about this many chunks
+# L as a fraction (num, den) of the mean tile's list, by device type (see the module docstring)
+CHUNK_OF_MEAN = {"cuda": (1, 6), "cpu": (2, 1)}
 WARPS = TILE_RAYS // 32  # CUDA warps per rasterizer block
 RECT_MARGIN = 1e-3  # relative widening of a splat's box in the warp test: rounding never culls a visible pair
 
@@ -65,12 +70,14 @@ PI = math.pi
 TWO_PI = 2.0 * math.pi
 
 
-def max_work_items(tiles: int, capacity: int, fixed_chunk: int = 0) -> int:
+def max_work_items(tiles: int, capacity: int, fixed_chunk: int = 0, chunk_of_mean: tuple[int, int] = (1, 6)) -> int:
     """Upper bound on the work items (the rasterizers' launch size): every non-empty tile
-    has one, plus one per full chunk, and there are at most intersections / L full chunks."""
+    has one, plus one per full chunk, and there are at most intersections / L full chunks
+    (L >= num / den of the mean list: at most den * tiles / num)."""
     if fixed_chunk > 0:
         return tiles + capacity // fixed_chunk + 1
-    return tiles + CHUNKS_PER_TILE * tiles + 1
+    num, den = chunk_of_mean
+    return tiles + (den * tiles + num - 1) // num + 1
 
 
 @wp.func
@@ -264,15 +271,17 @@ def count_items(
     total: wp.array(dtype=wp.int32),  # [1]
     capacity: int,
     fixed_chunk: int,  # > 0: chunks of exactly this length (tests); 0: the adaptive length above
+    chunk_num: int,  # the adaptive length: chunk_num / chunk_den of the mean tile's list
+    chunk_den: int,
     chunk: wp.array(dtype=wp.int32),  # [1] out (written by every thread, same value)
     counts: wp.array(dtype=wp.int32),  # [T] out: chunks of each tile (0 for an empty tile)
 ):
     t = wp.tid()
     tiles = ranges.shape[0]
     valid = wp.min(total[0], capacity)
-    # ceil(valid / (CHUNKS_PER_TILE * tiles)) in int64: the product may pass 2^31
-    parts = wp.int64(CHUNKS_PER_TILE) * wp.int64(tiles)
-    L = wp.max(CHUNK_MIN, int((wp.int64(valid) + parts - wp.int64(1)) / parts))
+    # ceil(num * valid / (den * tiles)) in int64: the products may pass 2^31
+    parts = wp.int64(chunk_den) * wp.int64(tiles)
+    L = wp.max(CHUNK_MIN, int((wp.int64(chunk_num) * wp.int64(valid) + parts - wp.int64(1)) / parts))
     if fixed_chunk > 0:
         L = fixed_chunk
     if t == 0:

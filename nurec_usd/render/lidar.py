@@ -380,7 +380,7 @@ class LidarRenderSettings:
 
     capacity: int | None = None  # (tile, Gaussian) intersections buffer; None: sized exactly (one host sync)
     min_hit: float = 1e-3  # rays with a smaller hit probability report range and intensity 0
-    chunk: int | None = None  # Gaussians per work item; None: max(CHUNK_MIN, the mean tile's / CHUNKS_PER_TILE)
+    chunk: int | None = None  # Gaussians per work item; None: a fraction of the mean tile's list (CHUNK_OF_MEAN)
 
 
 @dataclass
@@ -482,7 +482,8 @@ def bin_lidar(
         capacity = int(offsets[-1].item()) if n else 0
     capacity = max(int(capacity), 1)
     fixed_chunk = int(settings.chunk or 0)
-    max_items = kbin.max_work_items(T, capacity, fixed_chunk)
+    chunk_of_mean = kbin.CHUNK_OF_MEAN["cuda" if device.type == "cuda" else "cpu"]
+    max_items = kbin.max_work_items(T, capacity, fixed_chunk, chunk_of_mean)
     keys = torch.empty(2 * capacity, dtype=torch.int32, device=device)
     ids = torch.zeros(2 * capacity, dtype=torch.int32, device=device)
     ranges = torch.zeros(T, 2, dtype=torch.int32, device=device)
@@ -502,7 +503,8 @@ def bin_lidar(
     launch(kbin.tile_ranges, capacity, [keys, total, capacity, rb], [ranges, overflow], device=wdev)
     launch(k["masks"], capacity, [keys, ids, total, capacity, rb, splats, extents, tiles.warp_rect], [masks],
            device=wdev)
-    launch(kbin.count_items, T, [ranges, total, capacity, fixed_chunk], [chunk, item_counts], device=wdev)
+    launch(kbin.count_items, T, [ranges, total, capacity, fixed_chunk, *chunk_of_mean], [chunk, item_counts],
+           device=wdev)
     torch.cumsum(item_counts, 0, dtype=torch.int32, out=item_offsets)
     launch(kbin.emit_items, T, [ranges, chunk, item_offsets, item_counts], [items, tile_items, num_items],
            device=wdev)

@@ -459,28 +459,32 @@ def street_lidar(channels: int = 128, columns: int = 2048, dtype: torch.dtype = 
 
 def test_tile_work_is_balanced_on_a_street():
     """Looking down a street, a few horizon tiles hold many times the mean work; the work items
-    cut every list into chunks of L = max(CHUNK_MIN, ceil(intersections / (CHUNKS_PER_TILE *
-    tiles))), so no rasterizer block gets more than L / (the mean tile's list) of its work."""
-    from warp_kernels.lidar_binning import CHUNK_MIN, CHUNKS_PER_TILE, max_work_items
+    cut every list into chunks of L = max(CHUNK_MIN, ceil(num * intersections / (den * tiles))),
+    (num, den) the device's fraction of the mean list, so no rasterizer block gets more than
+    L / (the mean tile's list) of its work. Both devices' fractions run here (on the CPU)."""
+    from warp_kernels import lidar_binning as kbin
 
     lidar = street_lidar(32, 1024)  # 128 tiles: lists long enough that they, not CHUNK_MIN, set L
     params = street_scene(150_000)
-    bins = bin_lidar(*params, lidar, LidarRenderSettings())
-    stats = tile_work(lidar, bins.tile_ranges, bins.items, bins.num_items)
-    assert stats["max_tile_ratio"] > 4, "the street should overload some tiles (else this test shows nothing)"
-    tiles, total = lidar.tiles.num_tiles, int(bins.total)
-    L = int(bins.chunk)
-    assert L == max(CHUNK_MIN, -(-total // (CHUNKS_PER_TILE * tiles)))
-    assert L > CHUNK_MIN, "the list lengths should set L here (else this test shows only the floor)"
-    assert stats["max_item_ratio"] <= L / (total / tiles) * 1.01 < 0.5
-    assert int(bins.num_items) <= max_work_items(tiles, total)
-    # the items cover each tile's list exactly, in order
-    items = bins.items[: int(bins.num_items)].long()
-    covered = torch.zeros(lidar.tiles.num_tiles, dtype=torch.long).index_add_(0, items[:, 0], items[:, 2] - items[:, 1])
-    assert torch.equal(covered, (bins.tile_ranges[:, 1] - bins.tile_ranges[:, 0]).long())
-    first = items[:, 3] == 0
-    assert torch.equal(items[first, 1].sort().values, bins.tile_ranges[items[first, 0], 0].long().sort().values)
-    assert int(items.shape[0]) <= bins.items.shape[0]
+    for fraction in sorted(set(kbin.CHUNK_OF_MEAN.values())):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setitem(kbin.CHUNK_OF_MEAN, "cpu", fraction)
+            bins = bin_lidar(*params, lidar, LidarRenderSettings())
+        stats = tile_work(lidar, bins.tile_ranges, bins.items, bins.num_items)
+        assert stats["max_tile_ratio"] > 4, "the street should overload some tiles (else this test shows nothing)"
+        tiles, total = lidar.tiles.num_tiles, int(bins.total)
+        num, den = fraction
+        L = int(bins.chunk)
+        assert L == max(kbin.CHUNK_MIN, -(-num * total // (den * tiles))), fraction
+        assert L > kbin.CHUNK_MIN, "the list lengths should set L here (else this test shows only the floor)"
+        assert stats["max_item_ratio"] <= num / den * 1.01, fraction
+        assert int(bins.num_items) <= kbin.max_work_items(tiles, total, 0, fraction)
+        # the items cover each tile's list exactly, in order
+        items = bins.items[: int(bins.num_items)].long()
+        covered = torch.zeros(tiles, dtype=torch.long).index_add_(0, items[:, 0], items[:, 2] - items[:, 1])
+        assert torch.equal(covered, (bins.tile_ranges[:, 1] - bins.tile_ranges[:, 0]).long())
+        first = items[:, 3] == 0
+        assert torch.equal(items[first, 1].sort().values, bins.tile_ranges[items[first, 0], 0].long().sort().values)
 
 
 def test_plan_bands_follows_beam_density():
