@@ -46,7 +46,7 @@ The fraction depends on the device (``CHUNK_OF_MEAN``):
     tail. 128 was slower again at 1M (2.73 ms), hence CHUNK_MIN.
   * CPU, twice the mean. The CPU runs blocks one after another, so there is no tail to cut,
     only the extra passes: on a street of 150k Gaussians, forward + backward took 2.1 s with
-    a sixth and 1.4 s with twice the mean.
+    a sixth and 1.3-1.4 s with twice the mean.
 """
 
 import math
