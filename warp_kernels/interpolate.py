@@ -182,30 +182,6 @@ def track_pose(
 
 
 @wp.func
-def store_track_pose(
-    t: Any,
-    a: int,
-    key_offsets: wp.array(dtype=wp.int32),
-    key_times: wp.array(dtype=Any),
-    key_translations: wp.array(dtype=Any),
-    key_quats: wp.array(dtype=Any),
-    corr_translations: wp.array(dtype=Any),
-    corr_rotations: wp.array(dtype=Any),
-    has_corr: int,
-    out_quats: wp.array(dtype=Any),
-    out_translations: wp.array(dtype=Any),
-    out_visible: wp.array(dtype=Any),
-):
-    """Actor a's ``track_pose`` at t written to row a of the pose arrays (quaternions (w, x, y, z))."""
-    q, p, vis = track_pose(
-        t, a, key_offsets, key_times, key_translations, key_quats, corr_translations, corr_rotations, has_corr
-    )
-    out_quats[a] = store_quat(q)
-    out_translations[a] = p
-    out_visible[a] = vis
-
-
-@wp.func
 def pack_pose(q: Any, p: Any, visible: Any):
     """A pose as one 8-vector (w, x, y, z, tx, ty, tz, visible): one buffer, one kernel argument."""
     return wp.vector(q[3], q[0], q[1], q[2], p[0], p[1], p[2], visible)
@@ -371,8 +347,13 @@ def actor_poses(
     out_translations: wp.array(dtype=Any),  # [A] vec3
     out_visible: wp.array(dtype=Any),  # [A]
 ):
-    store_track_pose(t[0], wp.tid(), key_offsets, key_times, key_translations, key_quats, corr_translations,
-                     corr_rotations, has_corr, out_quats, out_translations, out_visible)
+    """One thread per actor: its ``track_pose`` at t (quaternions stored (w, x, y, z))."""
+    a = wp.tid()
+    q, p, vis = track_pose(t[0], a, key_offsets, key_times, key_translations, key_quats, corr_translations,
+                           corr_rotations, has_corr)
+    out_quats[a] = store_quat(q)
+    out_translations[a] = p
+    out_visible[a] = vis
 
 
 # ---------------------------------------------------------------------------------------------
