@@ -193,6 +193,76 @@ def pose_translation(pose: Any):
     return wp.vector(pose[4], pose[5], pose[6])
 
 
+# 16-byte loads and stores. A Warp vec3 or vec4 of float32 is read and written one float at a
+# time; these move 16 bytes per instruction (the forward's two launches: 45.4 -> 42.5 us on an
+# H200, benchmarks/RESULTS.md, interp). They need 16-byte aligned, contiguous arrays: the caller
+# guarantees it (``nurec_usd.render.interpolate``). float64 runs only in tests and copies element
+# by element.
+
+_COPY_FLOATS4_F32 = """
+#if defined(__CUDA_ARCH__)
+reinterpret_cast<float4*>(dst.data)[k] = reinterpret_cast<const float4*>(src.data)[k];
+#else
+const float* s = reinterpret_cast<const float*>(src.data);
+float* d = reinterpret_cast<float*>(dst.data);
+for (int e = 4 * k; e < 4 * k + 4; ++e) d[e] = s[e];
+#endif
+"""
+
+
+@wp.func_native(_COPY_FLOATS4_F32)
+def copy_floats4(src: wp.array(dtype=wp.vec3f), dst: wp.array(dtype=wp.vec3f), k: int):
+    """Copy floats [4k, 4k + 4) of ``src``'s flat buffer to ``dst``'s (one 16-byte move on CUDA)."""
+    ...
+
+
+@wp.func_native("""
+const double* s = reinterpret_cast<const double*>(src.data);
+double* d = reinterpret_cast<double*>(dst.data);
+for (int e = 4 * k; e < 4 * k + 4; ++e) d[e] = s[e];
+""")
+def copy_floats4(src: wp.array(dtype=wp.vec3d), dst: wp.array(dtype=wp.vec3d), k: int):  # noqa: F811
+    """float64 :func:`copy_floats4` (element by element)."""
+    ...
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+const float4 v = reinterpret_cast<const float4*>(a.data)[i];
+return wp::vec4f(v.x, v.y, v.z, v.w);
+#else
+return a.data[i];
+#endif
+""")
+def load_row4(a: wp.array(dtype=wp.vec4f), i: int) -> wp.vec4f:
+    """Row i of a contiguous vec4 array, in one 16-byte load on CUDA."""
+    ...
+
+
+@wp.func_native("return a.data[i];")
+def load_row4(a: wp.array(dtype=wp.vec4d), i: int) -> wp.vec4d:  # noqa: F811
+    """float64 :func:`load_row4`."""
+    ...
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+reinterpret_cast<float4*>(a.data)[i] = make_float4(v.c[0], v.c[1], v.c[2], v.c[3]);
+#else
+a.data[i] = v;
+#endif
+""")
+def store_row4(a: wp.array(dtype=wp.vec4f), i: int, v: wp.vec4f):
+    """Write row i of a contiguous vec4 array, in one 16-byte store on CUDA."""
+    ...
+
+
+@wp.func_native("a.data[i] = v;")
+def store_row4(a: wp.array(dtype=wp.vec4d), i: int, v: wp.vec4d):  # noqa: F811
+    """float64 :func:`store_row4`."""
+    ...
+
+
 # ---------------------------------------------------------------------------------------------
 # Kernels
 
@@ -222,9 +292,17 @@ def poses_and_static(
                                corr_rotations, has_corr)
         poses[i] = pack_pose(q, p, vis)
     else:
+        # The means as one flat run of floats, four at a time: thread j moves floats [4j, 4j+4)
+        # while there are whole fours; the last thread copies the rows the fours leave short.
         j = i - num_poses
-        out_means[j] = static_means[j]
-        out_quats[j] = static_quats[j]
+        num_static = static_means.shape[0]
+        fours = (3 * num_static) // 4
+        if j < fours:
+            copy_floats4(static_means, out_means, j)
+        if j == num_static - 1:
+            for r in range((4 * fours) // 3, num_static):
+                out_means[r] = static_means[r]
+        store_row4(out_quats, j, load_row4(static_quats, j))
         out_visible[j] = type(out_visible[j])(1.0)
 
 
@@ -242,7 +320,7 @@ def interpolate_actors(
     """One thread per actor Gaussian: moved by its actor's pose into the world."""
     j = wp.tid()
     a = actor_index[j]
-    qv = actor_quats[j]
+    qv = load_row4(actor_quats, j)
     m = actor_means[j]
     vis = type(qv[0])(0.0)
     if a >= 0 and a < poses.shape[0]:
@@ -252,7 +330,7 @@ def interpolate_actors(
         qv = store_quat(q * load_quat(qv))
         vis = pose[7]
     out_means[num_static + j] = m
-    out_quats[num_static + j] = qv
+    store_row4(out_quats, num_static + j, qv)
     out_visible[num_static + j] = vis
 
 

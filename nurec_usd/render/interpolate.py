@@ -257,6 +257,14 @@ def _track_arrays(tracks: TrackKeys, corr_t, corr_w) -> list:
     ]
 
 
+def _aligned16(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (contiguous), copied when it does not start on a 16-byte boundary: the kernels move
+    the static Gaussians and the quaternions 16 bytes at a time. torch's allocators align every
+    new tensor, so only a view into the middle of one is ever copied (autograd passes through the
+    copy)."""
+    return x if x.data_ptr() % 16 == 0 else x.clone()
+
+
 def _query_time(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     # The kernels read t[0] (a 0-dim tensor passes as a one-element array); a cast, when one is
     # needed, runs on the device: no synchronisation.
@@ -524,8 +532,8 @@ def interpolate_gaussians(
     c = lambda x: x.contiguous()  # noqa: E731
     corr_t, corr_w = (None, None) if pose_corrections is None else (c(x) for x in pose_corrections)
     t = _query_time(t, tracks.dtype)
-    static_means, static_quats = c(static_means), c(static_quats)
-    actor_means, actor_quats, actor_index = c(actor_means), c(actor_quats), c(actor_index)
+    static_means, static_quats = _aligned16(c(static_means)), _aligned16(c(static_quats))
+    actor_means, actor_quats, actor_index = c(actor_means), _aligned16(c(actor_quats)), c(actor_index)
     poses, means, quats, visible = _queue_forward(t, tracks, corr_t, corr_w, static_means, static_quats,
                                                   actor_means, actor_quats, actor_index)
     wants_grad = (static_means.requires_grad or static_quats.requires_grad or actor_means.requires_grad

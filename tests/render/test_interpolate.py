@@ -216,6 +216,51 @@ def test_actor_gaussians_without_any_track_or_static_gaussian():
     assert torch.equal(means, am) and torch.equal(quats, aq) and vis.tolist() == [0.0, 0.0, 0.0]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_static_copy_every_remainder_and_misaligned_views(dtype, monkeypatch):
+    """The static means move as one flat run of floats, four at a time, and the last thread
+    copies the rows the fours leave short: every static count from 1 to 9 covers each remainder
+    of 3 * Ns / 4. Inputs that start off a 16-byte boundary (views into a larger tensor) are
+    copied to an aligned buffer first; the values and the gradients reach the original."""
+    tracks = make_tracks(dtype)
+    for ns in range(1, 10):
+        torch.manual_seed(ns)
+        g = make_gaussians(tracks, ns=ns, per_actor=3, dtype=dtype)
+        means, quats, vis = interpolate_gaussians(time(tracks, 1.7), **g, tracks=tracks)
+        assert torch.equal(means[:ns], g["static_means"]) and torch.equal(quats[:ns], g["static_quats"]), ns
+        assert bool((vis[:ns] == 1).all()), ns
+        r_means, r_quats, _ = interpolate_gaussians_reference(time(tracks, 1.7), **g, tracks=tracks)
+        torch.testing.assert_close(means, r_means, atol=2e-5, rtol=0)
+        torch.testing.assert_close(quats, r_quats, atol=2e-6, rtol=0)
+
+    torch.manual_seed(0)
+    g = make_gaussians(tracks, ns=7, per_actor=5, dtype=dtype)
+    bases = {k: torch.cat((torch.zeros(1, dtype=dtype), g[k].reshape(-1))).requires_grad_()
+             for k in ("static_means", "static_quats", "actor_quats")}
+    views = {k: b[1:].view(-1, g[k].shape[1]) for k, b in bases.items()}  # one element past the start
+    assert all(v.data_ptr() % 16 != 0 for v in views.values())
+    # On the CPU a misaligned row reads fine; on CUDA a 16-byte load from it faults. So check
+    # what the kernels are given: every float tensor starts on a 16-byte boundary.
+    from nurec_usd.render import interpolate as interp_module
+
+    launched = []
+    real_launch = interp_module._warp_torch.launch
+
+    def recording_launch(kernel, dim, inputs, **kwargs):
+        launched.extend(x.data_ptr() for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point())
+        return real_launch(kernel, dim, inputs, **kwargs)
+
+    monkeypatch.setattr(interp_module._warp_torch, "launch", recording_launch)
+    means, quats, _ = interpolate_gaussians(time(tracks, 2.25), **{**g, **views}, tracks=tracks)
+    monkeypatch.undo()
+    assert launched and all(ptr % 16 == 0 for ptr in launched)
+    r_means, r_quats, _ = interpolate_gaussians(time(tracks, 2.25), **g, tracks=tracks)
+    assert torch.equal(means, r_means) and torch.equal(quats, r_quats)
+    (means.sum() + 2 * quats.sum()).backward()
+    for k, b in bases.items():
+        assert b.grad is not None and b.grad[0] == 0 and bool((b.grad[1:] != 0).any()), k
+
+
 def test_empty_inputs():
     tracks = make_tracks(torch.float32)
     e3, e4, ei = torch.zeros(0, 3), torch.zeros(0, 4), torch.zeros(0, dtype=torch.int32)
