@@ -148,11 +148,12 @@ def main() -> None:
         settings = RenderSettings(capacity=capacity)  # fixed capacity: no host sync inside a step
 
         def ours_fwd():
-            render_cameras(*params, cams, settings=settings)
+            return render_cameras(*params, cams, settings=settings)
 
         def ours_fwd_bwd():
             o = render_cameras(*leaves, cams, settings=settings)
             o.rgb.sum().backward()
+            return o
 
         row = {"n": len(means), "views": f"{ncam} x {w}x{h}", "isect": int(out.intersections)}
         row["ours_fwd"] = median_ms(ours_fwd, device, args.reps)
@@ -167,11 +168,12 @@ def main() -> None:
         del graphed
         if gsplat is not None:
             def gs_fwd():
-                gsplat.rasterization(*params, viewmats, Ks, w, h)
+                return gsplat.rasterization(*params, viewmats, Ks, w, h)
 
             def gs_fwd_bwd():
-                img, _, _ = gsplat.rasterization(*leaves, viewmats, Ks, w, h)
-                img.sum().backward()
+                out = gsplat.rasterization(*leaves, viewmats, Ks, w, h)
+                out[0].sum().backward()
+                return out
 
             row["gs_fwd"] = median_ms(gs_fwd, device, args.reps)
             row["gs_fb"] = median_ms(gs_fwd_bwd, device, args.reps)

@@ -192,14 +192,15 @@ def main() -> None:
         hit = float((out.hit_prob > 0.5).float().mean())
 
         def bin_only():
-            bin_lidar(*params, lidar, settings)
+            return bin_lidar(*params, lidar, settings)
 
         def fwd():
-            render_lidar(*params, lidar, settings=settings)
+            return render_lidar(*params, lidar, settings=settings)
 
         def fwd_bwd():
             o = render_lidar(*leaves, lidar, settings=settings)
             (o.range_sum.sum() + o.hit_prob.sum() + o.intensity_sum.sum() + o.median_range.sum()).backward()
+            return o
 
         row = {"n": n, "visible": visible, "isect": wanted, "items": work["items"], "hit": hit,
                "tile_ratio": work["max_tile_ratio"], "item_ratio": work["max_item_ratio"],

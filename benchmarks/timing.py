@@ -4,6 +4,10 @@ CUDA events around each call on a GPU (the work the call queued, not the Python 
 it); wall clock on the CPU (smoke runs only). ``host_ms`` is the Python side alone: the time
 a call takes to queue its GPU work. Each timed call starts on an idle GPU, so a call whose
 host time exceeds its GPU time is timed at about its host time.
+
+What a call returns is released after the clock stops: freeing the outputs (and the autograd
+graph behind them) is not part of the call. A training step frees them later, while the GPU
+works on the rest of the step. Until 2026-11-30 (fifth) they were freed inside the timed span.
 """
 
 from __future__ import annotations
@@ -25,15 +29,17 @@ def median_ms(fn: Callable[[], object], device: torch.device, reps: int, warmup:
         for _ in range(reps):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            out = fn()
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end))
+            del out
     else:
         for _ in range(reps):
             t0 = time.perf_counter()
-            fn()
+            out = fn()
             times.append(1e3 * (time.perf_counter() - t0))
+            del out
     return statistics.median(times)
 
 
@@ -46,8 +52,9 @@ def host_ms(fn: Callable[[], object], device: torch.device, reps: int, warmup: i
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
-        fn()
+        out = fn()
         times.append(1e3 * (time.perf_counter() - t0))
+        del out
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return statistics.median(times)
