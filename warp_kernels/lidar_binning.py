@@ -24,7 +24,7 @@ keep their index order (the sort is stable, and keys are emitted in Gaussian ord
 Warp masks. A rasterizer block's 256 rays are 8 CUDA warps, each a small box of rays in
 (azimuth, elevation) (``warp_rect``, built on the host). ``warp_masks`` marks, per sorted
 (tile, Gaussian) entry, the warps whose box meets the splat's box: far Gaussians are small
-against a tile, so a typical entry reaches 2-3 of the 8 warps, and the others skip it with a
+against a tile, so a typical entry reaches about 2 of the 8 warps, and the others skip it with a
 warp-uniform branch instead of evaluating it on 32 rays. The test is conservative (the box
 holds every ray where alpha >= ALPHA_MIN), so results do not change.
 
@@ -64,6 +64,36 @@ CHUNK_MIN = 256  # never cut a tile's list finer than this (a chunk costs a bloc
 # L as a fraction (num, den) of the mean tile's list, by device type (see the module docstring)
 CHUNK_OF_MEAN = {"cuda": (1, 6), "cpu": (2, 1)}
 WARPS = TILE_RAYS // 32  # CUDA warps per rasterizer block
+# Rays of a tile per CUDA warp: the 8 warps tile a block as 2 x 4 blocks of (rows / 2) channels
+# x (cols / 4) columns, the tile's own shape scaled down. Tiles are about as tall as they are wide
+# in angle (see nurec_usd.render.lidar.plan_bands), so a warp's rays are nearly so too (2:1; 32
+# consecutive rays of a row, the layout before, made 8:1 strips). A small splat reaches fewer
+# warps, and the warp masks skip the rest: on the benchmark's street 1.92 warps per (tile,
+# Gaussian) entry at 1M Gaussians and 1.71 at 5M, against 2.48 and 2.37 with the strips (4 x 2
+# blocks of rows / 4 x cols / 2: 1.96 and 1.82). Measured on an H200 (benchmarks/RESULTS.md,
+# raster-lidar): forward + backward at 5M 8.85 -> 7.93 ms, at 1M 2.33 -> 2.25 ms.
+WARP_BLOCK_COLS = 4  # warp blocks across a tile (and WARPS / WARP_BLOCK_COLS = 2 down)
+
+
+@wp.func
+def ray_of_lane(lane: int, cols: int):
+    """(row, column) within its tile of thread ``lane`` of a block whose tile is ``cols`` wide."""
+    cw = cols / WARP_BLOCK_COLS  # columns of a warp's block
+    w = lane / 32
+    lw = lane - w * 32
+    wr = w / WARP_BLOCK_COLS
+    wc = w - wr * WARP_BLOCK_COLS
+    return wr * (32 / cw) + lw / cw, wc * cw + lw - (lw / cw) * cw
+
+
+@wp.func
+def lane_of_ray(row: int, col: int, cols: int):
+    """The thread of a block that handles (row, column) of its tile: the inverse of ray_of_lane."""
+    cw = cols / WARP_BLOCK_COLS
+    rw = 32 / cw  # rows of a warp's block
+    wr = row / rw
+    wc = col / cw
+    return (wr * WARP_BLOCK_COLS + wc) * 32 + (row - wr * rw) * cw + col - wc * cw
 RECT_MARGIN = 1e-3  # relative widening of a splat's box in the warp test: rounding never culls a visible pair
 
 PI = math.pi

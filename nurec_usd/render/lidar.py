@@ -146,14 +146,23 @@ def build_tiles(elevation: torch.Tensor,  # [C] rad
                       torch.tensor(tile_band, **i32), torch.cat(warp_rect).to(device), tile)
 
 
+def lane_rays(cols: int) -> tuple[torch.Tensor, torch.Tensor]:  # [TILE_RAYS] each
+    """(row, column) in its tile of each thread of a rasterizer block, for tiles ``cols`` wide:
+    ``warp_kernels.lidar_binning.ray_of_lane`` for all lanes at once."""
+    cw = cols // kbin.WARP_BLOCK_COLS
+    lane = torch.arange(TILE_RAYS)
+    w, lw = lane // 32, lane % 32
+    wr, wc = w // kbin.WARP_BLOCK_COLS, w % kbin.WARP_BLOCK_COLS
+    return wr * (32 // cw) + lw // cw, wc * cw + lw % cw
+
+
 def _warp_rects(el: torch.Tensor,  # [rows] elevations of a band's channels, ascending
                 off: torch.Tensor,  # [rows] their s * azimuth offsets
                 cols: int, n_tiles: int, columns: int) -> torch.Tensor:  # [n_tiles, WARPS, 4]
-    """Per tile of a band and per CUDA warp (32 consecutive threads = rays): the box of the
+    """Per tile of a band and per CUDA warp (32 consecutive threads, a block of rays: ``lane_rays``): the box of the
     warp's rays in (sweep azimuth, elevation), as (azimuth centre, half-width, elevation lo, hi).
     A warp without rays gets an empty box (lo > hi)."""
-    lane = torch.arange(TILE_RAYS)
-    row, col = lane // cols, lane % cols
+    row, col = lane_rays(cols)
     k = torch.arange(n_tiles)[:, None] * cols + col[None, :]  # [n_tiles, TILE_RAYS]
     valid = (row < len(el))[None, :] & (k < columns)
     r = row.clamp(max=len(el) - 1)

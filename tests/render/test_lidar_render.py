@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import warp as wp
 
 from nurec_usd.render.lidar import (BAND_ROWS, LidarBatch, LidarRenderSettings, bin_lidar, plan_bands, render_lidar,
                                     tile_work)
 from nurec_usd.render.reference import lidar_tile_mask_reference, render_lidar_reference
+from warp_kernels import lidar_binning as kbin
 
 C, W = 12, 96
 FIELDS = ("range_sum", "intensity_sum", "hit_prob", "median_range")
@@ -455,6 +457,37 @@ def street_lidar(channels: int = 128, columns: int = 2048, dtype: torch.dtype = 
                              scan_rate_hz=10.0, min_range_m=0.5, max_range_m=120.0,
                              T_lidar_world_start=torch.eye(4, dtype=torch.float64), T_lidar_world_end=end,
                              band_rows=band_rows).to(dtype=dtype, device=device)
+
+
+@wp.kernel
+def _lane_layout(cols: int, rows_out: wp.array(dtype=int), cols_out: wp.array(dtype=int),
+                 lanes_back: wp.array(dtype=int)):
+    lane = wp.tid()
+    r, c = kbin.ray_of_lane(lane, cols)
+    rows_out[lane] = r
+    cols_out[lane] = c
+    lanes_back[lane] = kbin.lane_of_ray(r, c, cols)
+
+
+@pytest.mark.parametrize("cols", [64, 32, 16, 8])
+def test_lane_layout_warp_blocks(cols):
+    """Every tile shape: the kernels' lane -> (row, column) map is a bijection onto the tile, its
+    inverse undoes it, the host's copy (which builds the warp boxes) agrees, and each CUDA warp
+    holds a block of (rows / 2) x (cols / 4) rays, not a strip of 32 along a row."""
+    from nurec_usd.render.lidar import lane_rays
+
+    rows = kbin.TILE_RAYS // cols
+    out = [wp.zeros(kbin.TILE_RAYS, dtype=int) for _ in range(3)]
+    wp.launch(_lane_layout, kbin.TILE_RAYS, [cols, *out])
+    r, c, back = (torch.from_numpy(a.numpy()).long() for a in out)
+    assert torch.equal(back, torch.arange(kbin.TILE_RAYS))
+    assert sorted((r * cols + c).tolist()) == list(range(kbin.TILE_RAYS))
+    assert int(r.max()) == rows - 1 and int(c.max()) == cols - 1
+    hr, hc = lane_rays(cols)
+    assert torch.equal(hr, r) and torch.equal(hc, c)
+    for w in range(kbin.WARPS):
+        wr, wc = r[32 * w:32 * (w + 1)], c[32 * w:32 * (w + 1)]
+        assert int(wr.max() - wr.min()) + 1 == rows // 2 and int(wc.max() - wc.min()) + 1 == cols // 4
 
 
 def test_tile_work_is_balanced_on_a_street():
