@@ -7,10 +7,11 @@ the kernels have their own register budget (``LAUNCH_BOUNDS_F32``, below). Each 
 Gaussian also carries its warp mask (``lidar_binning.warp_masks``): a warp none of whose
 rays the splat can reach skips it with one warp-uniform branch (about 2 of the 8 warps
 of a block evaluate a typical Gaussian on the benchmark's street; each warp's rays are a
-compact block of the tile, ``lidar_binning.ray_of_lane``). The backward goes
-further: a ballot over 32 entries' masks at a time, then only the marked entries (measured on
-an H200: 4-8% off the backward; the forward passes gained nothing from it, so they test
-entry by entry).
+compact block of the tile, ``lidar_binning.ray_of_lane``). Each pass takes a ballot over
+32 entries' masks at a time and visits only the marked entries, instead of testing every
+entry in turn (measured on an H200: 4-8% off the backward; once the warps were blocks and
+fewer entries marked, at 5M Gaussians the forward 1.56 -> 1.23 ms and the chunk
+transmittance 1.66 -> 1.22 ms).
 
 Work layout (see ``warp_kernels.lidar_binning``): one block per *work item* (a chunk of
 at most L Gaussians of one tile's front-to-back list), one thread per ray of the tile
@@ -111,6 +112,18 @@ def warp_entries_from_end(t_bits: Any, first: int, n: int, lane: int):
 
 
 @wp.func
+def warp_entries_from_start(t_bits: Any, first: int, n: int, lane: int):
+    """The forward's entries for this warp among the batch's positions first ..
+    first + warp_width() - 1, as a warp-uniform bit set (bit l: entry first + l may reach one
+    of the warp's rays). Front to back, lowest bit first."""
+    e = first + lane_id()
+    pred = int(0)
+    if e < n:
+        pred = (wp.tile_extract(t_bits, e) >> warp_index(lane)) & 1
+    return warp_ballot(pred)
+
+
+@wp.func
 def ray_of(tile: int, lane: int, tile_band: wp.array(dtype=int), band_i: wp.array(dtype=wp.vec4i),
            channel_order: wp.array(dtype=int), columns: int):
     """Channel (-1: no ray) and column of thread ``lane`` of ``tile``."""
@@ -197,17 +210,23 @@ def make_raster_kernels(float_t, warp_sum8, launch_bounds):
             t_rec = wp.tile_load_indexed(splats, indices=t_ids, shape=(BATCH,), axis=0, storage="shared")
             n_b = wp.min(BATCH, end - base)
             t_bits = wp.tile_load(warp_masks, shape=BATCH, offset=base, storage="shared")
-            for kk in range(n_b):
-                if done != 0:
+            nw = warp_width()
+            for c in range((n_b + nw - 1) // nw):
+                if warp_any(1 - done) == 0:
                     break  # a CUDA warp leaves the batch as soon as its 32 rays are saturated
-                if (wp.tile_extract(t_bits, kk) >> warp_index(lane)) & 1 != 0:
-                    rec = wp.tile_extract(t_rec, kk)
-                    da, de, sigma = splat_sigma(rec, ray_az, ray_el)
-                    alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
-                    if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
-                        P *= float_t(1.0) - alpha
-                        if P <= float_t(T_MIN):
-                            done = 1
+                # a warp's width of entries at a time, visiting only those its mask marks
+                bits = warp_entries_from_start(t_bits, c * nw, n_b, lane)
+                while bits != 0:
+                    kk = c * nw + lowest_bit(bits)
+                    bits = bits & (bits - 1)
+                    if done == 0:
+                        rec = wp.tile_extract(t_rec, kk)
+                        da, de, sigma = splat_sigma(rec, ray_az, ray_el)
+                        alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
+                        if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
+                            P *= float_t(1.0) - alpha
+                            if P <= float_t(T_MIN):
+                                done = 1
         if ch >= 0:
             chunk_P[item, lane] = P
 
@@ -260,25 +279,30 @@ def make_raster_kernels(float_t, warp_sum8, launch_bounds):
             t_rec = wp.tile_load_indexed(splats, indices=t_ids, shape=(BATCH,), axis=0, storage="shared")
             n_b = wp.min(BATCH, end - base)
             t_bits = wp.tile_load(warp_masks, shape=BATCH, offset=base, storage="shared")
-            for kk in range(n_b):
-                if done != 0:
+            nw = warp_width()
+            for c in range((n_b + nw - 1) // nw):
+                if warp_any(1 - done) == 0:
                     break
-                if (wp.tile_extract(t_bits, kk) >> warp_index(lane)) & 1 != 0:
-                    rec = wp.tile_extract(t_rec, kk)
-                    da, de, sigma = splat_sigma(rec, ray_az, ray_el)
-                    alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
-                    if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
-                        next_T = T * (float_t(1.0) - alpha)
-                        if next_T <= float_t(T_MIN):
-                            done = 1
-                        else:
-                            w = alpha * T
-                            rng += w * rec[5]
-                            inten += w * rec[7]
-                            if T > float_t(MEDIAN_T) and next_T <= float_t(MEDIAN_T):
-                                med = wp.tile_extract(t_ids, kk)
-                            T = next_T
-                            last = base + kk + 1
+                bits = warp_entries_from_start(t_bits, c * nw, n_b, lane)
+                while bits != 0:
+                    kk = c * nw + lowest_bit(bits)
+                    bits = bits & (bits - 1)
+                    if done == 0:
+                        rec = wp.tile_extract(t_rec, kk)
+                        da, de, sigma = splat_sigma(rec, ray_az, ray_el)
+                        alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
+                        if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
+                            next_T = T * (float_t(1.0) - alpha)
+                            if next_T <= float_t(T_MIN):
+                                done = 1
+                            else:
+                                w = alpha * T
+                                rng += w * rec[5]
+                                inten += w * rec[7]
+                                if T > float_t(MEDIAN_T) and next_T <= float_t(MEDIAN_T):
+                                    med = wp.tile_extract(t_ids, kk)
+                                T = next_T
+                                last = base + kk + 1
         if ch >= 0:
             if started:
                 part_T[item, lane] = T
