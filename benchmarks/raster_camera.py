@@ -80,7 +80,8 @@ def tune(args, device: torch.device) -> None:
     import warp_kernels.camera_raster as kraster
 
     variants = [None, (256, 2), (256, 3), (256, 4)]
-    built = {lb: kraster.make_raster_kernels(kraster.wp.float32, kraster.warp_sum_f32, lb) for lb in variants[1:]}
+    built = {lb: kraster.make_raster_kernels(kraster.wp.float32, kraster.warp_sum_f32, kraster.warp_sum2_f32,
+                                             kraster.warp_sum8_f32, lb) for lb in variants[1:]}
     print("| launch bounds | row | ours fwd | ours fwd+bwd |")
     print("|---|---|---|---|")
     for index in [int(i) for i in args.configs.split(",")]:
