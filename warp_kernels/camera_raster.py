@@ -337,10 +337,11 @@ def make_raster_kernels(float_t, warp_sum, warp_sum2, warp_sum8, launch_bounds=N
     return rasterize_forward, make_backward(True), make_backward(False)
 
 
-# Three resident 256-thread blocks per SM for the float32 kernels (at most 85 registers). With the
-# warps' skip test the backward needed 94-96 registers (two blocks per SM) and the forward 72;
-# measured on an H200 (benchmarks/RESULTS.md, raster-camera, `raster_camera.py --tune`), (256, 3)
-# was the fastest bound on three of the four rows, forward + backward, and within 3% on the fourth.
+# Three resident 256-thread blocks per SM for the float32 kernels (at most 85 registers: the
+# forward takes 77, the backward 80 with a 32-64 byte stack frame). Unbounded, the warps' skip
+# test took the backward to 94-96 registers (two blocks per SM). Measured on an H200
+# (benchmarks/RESULTS.md, raster-camera, `raster_camera.py --tune`), forward + backward: (256, 3)
+# was the fastest on rows 3 and 4 and within 3% of the fastest on rows 1 and 2.
 LAUNCH_BOUNDS_F32 = (TILE_PIXELS, 3)
 
 # the backward with and without the depth image's gradient
