@@ -11,11 +11,12 @@ skipping alpha < 1/255 and stopping before T would fall to 1e-4; a CUDA warp lea
 batch as soon as its 32 pixels have stopped. Each warp visits only the Gaussians that can
 reach one of its pixels (``splat_reaches``: the box where alpha >= 1/255 against the
 warp's two pixel rows; 32 entries tested at once, one per lane, then a ballot), so a
-splat covering part of a tile costs only the warps it covers. The backward walks the same list back to
-front, recovering T_i from T_final, each CUDA warp starting at the furthest Gaussian any
-of its pixels composited, and on CUDA sums each Gaussian's gradient over the 32 pixels of
-a warp (shuffles) before one atomic add, so the atomics per Gaussian drop 32-fold. The module is compiled without Warp's generated
-adjoint: compositing loops have run-time trip counts, which Warp's adjoint cannot replay.
+splat covering part of a tile costs only the warps it covers. The backward walks the same
+list back to front, recovering T_i from T_final, each CUDA warp starting at the furthest
+Gaussian any of its pixels composited, and on CUDA sums each Gaussian's gradient over the
+32 pixels of a warp (shuffles) before one atomic add, so the atomics per Gaussian drop
+32-fold. The module is compiled without Warp's generated adjoint: compositing loops have
+run-time trip counts, which Warp's adjoint cannot replay.
 """
 
 from typing import Any

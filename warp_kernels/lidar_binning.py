@@ -64,6 +64,11 @@ CHUNK_MIN = 256  # never cut a tile's list finer than this (a chunk costs a bloc
 # L as a fraction (num, den) of the mean tile's list, by device type (see the module docstring)
 CHUNK_OF_MEAN = {"cuda": (1, 6), "cpu": (2, 1)}
 WARPS = TILE_RAYS // 32  # CUDA warps per rasterizer block
+RECT_MARGIN = 1e-3  # relative widening of a splat's box in the warp test: rounding never culls a visible pair
+
+PI = math.pi
+TWO_PI = 2.0 * math.pi
+
 # Rays of a tile per CUDA warp: the 8 warps tile a block as 2 x 4 blocks of (rows / 2) channels
 # x (cols / 4) columns, the tile's own shape scaled down. Tiles are about as tall as they are wide
 # in angle (see nurec_usd.render.lidar.plan_bands), so a warp's rays are nearly so too (2:1; 32
@@ -94,10 +99,6 @@ def lane_of_ray(row: int, col: int, cols: int):
     wr = row / rw
     wc = col / cw
     return (wr * WARP_BLOCK_COLS + wc) * 32 + (row - wr * rw) * cw + col - wc * cw
-RECT_MARGIN = 1e-3  # relative widening of a splat's box in the warp test: rounding never culls a visible pair
-
-PI = math.pi
-TWO_PI = 2.0 * math.pi
 
 
 def max_work_items(tiles: int, capacity: int, fixed_chunk: int = 0, chunk_of_mean: tuple[int, int] = (1, 6)) -> int:

@@ -440,13 +440,16 @@ def test_warp_skip_test_never_skips_a_composited_splat():
     inv = torch.linalg.inv(cov)
     conics = torch.stack((inv[:, 0, 0], inv[:, 0, 1], inv[:, 1, 1]), -1)
     alpha_min = 1.0 / 255.0
-    opacities = torch.cat((torch.exp(torch.rand(n // 2, generator=g) * math.log(1.0 / (0.5 * alpha_min))) * 0.5 * alpha_min,
-                           alpha_min * (1.0 + 0.05 * (torch.rand(n - n // 2, generator=g) - 0.5))))
+    # half log-uniform from half ALPHA_MIN to 1, half within 2.5% of ALPHA_MIN
+    spread = torch.exp(torch.rand(n // 2, generator=g) * math.log(2.0 / alpha_min)) * 0.5 * alpha_min
+    near = alpha_min * (1.0 + 0.05 * (torch.rand(n - n // 2, generator=g) - 0.5))
+    opacities = torch.cat((spread, near))
     opacities = opacities.clamp(max=1.0)
     composited = wp.zeros((n, size * size), dtype=int)
     reached = wp.zeros((n, size * size), dtype=int)
     wp.launch(_reach_kernel(), (n, size * size),
-              [wp.from_torch(means.contiguous(), dtype=wp.vec2f), wp.from_torch(conics.float().contiguous(), dtype=wp.vec3f),
+              [wp.from_torch(means.contiguous(), dtype=wp.vec2f),
+               wp.from_torch(conics.float().contiguous(), dtype=wp.vec3f),
                wp.from_torch(opacities.float().contiguous()), size, composited, reached], device="cpu")
     comp, reach = torch.from_numpy(composited.numpy()), torch.from_numpy(reached.numpy())
     assert int(comp.sum()) > 1000
