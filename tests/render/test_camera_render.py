@@ -445,8 +445,8 @@ def test_warp_skip_test_never_skips_a_composited_splat():
     near = alpha_min * (1.0 + 0.05 * (torch.rand(n - n // 2, generator=g) - 0.5))
     opacities = torch.cat((spread, near))
     opacities = opacities.clamp(max=1.0)
-    composited = wp.zeros((n, size * size), dtype=int)
-    reached = wp.zeros((n, size * size), dtype=int)
+    composited = wp.zeros((n, size * size), dtype=int, device="cpu")
+    reached = wp.zeros((n, size * size), dtype=int, device="cpu")
     wp.launch(_reach_kernel(), (n, size * size),
               [wp.from_torch(means.contiguous(), dtype=wp.vec2f),
                wp.from_torch(conics.float().contiguous(), dtype=wp.vec3f),
