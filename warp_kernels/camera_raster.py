@@ -8,14 +8,15 @@ list). Each pixel composites its tile's depth-sorted Gaussians front to back:
     rgb = sum_i colour_i alpha_i T_i + T_final * background,   T_i = prod_{j<i} (1 - alpha_j)
 
 skipping alpha < 1/255 and stopping before T would fall to 1e-4; a CUDA warp leaves a
-batch as soon as its 32 pixels have stopped. Each warp visits only the Gaussians that can
-reach one of its pixels (``splat_reaches``: the box where alpha >= 1/255 against the
-warp's two pixel rows; 32 entries tested at once, one per lane, then a ballot), so a
-splat covering part of a tile costs only the warps it covers. The backward walks the same
-list back to front, recovering T_i from T_final, each CUDA warp starting at the furthest
-Gaussian any of its pixels composited, and on CUDA sums each Gaussian's gradient over the
-32 pixels of a warp (shuffles) before one atomic add, so the atomics per Gaussian drop
-32-fold. The module is compiled without Warp's generated adjoint: compositing loops have
+batch as soon as its 32 pixels have stopped. On CUDA each warp visits only the Gaussians
+that can reach one of its pixels (``splat_reaches``: the box where alpha >= 1/255 against
+the warp's two pixel rows; 32 entries tested at once, one per lane, then a ballot), so a
+splat covering part of a tile costs only the warps it covers; on the CPU, where a warp is
+one pixel, the test would cost more than it saves (24% on a CPU forward + backward), and
+every entry is visited. The backward walks the same list back to front, recovering T_i
+from T_final, each CUDA warp starting at the furthest Gaussian any of its pixels
+composited, and on CUDA sums each Gaussian's gradient over the 32 pixels of a warp
+(shuffles) before one atomic add, so the atomics per Gaussian drop 32-fold. The module is compiled without Warp's generated adjoint: compositing loops have
 run-time trip counts, which Warp's adjoint cannot replay.
 """
 
@@ -151,8 +152,10 @@ def make_raster_kernels(float_t, warp_sum, warp_sum2, warp_sum8, launch_bounds=N
                 ei = c32 * nw + lane_id()
                 pred = int(0)
                 if ei < n_b:
-                    pred = splat_reaches(wp.tile_extract(t_mean, ei), wp.tile_extract(t_conic, ei),
-                                         wp.tile_extract(t_opacity, ei), wx0, wx1, wy0, wy1)
+                    pred = 1  # on the CPU a warp is one pixel: the test would cost more than it saves
+                    if on_cuda() != 0:
+                        pred = splat_reaches(wp.tile_extract(t_mean, ei), wp.tile_extract(t_conic, ei),
+                                             wp.tile_extract(t_opacity, ei), wx0, wx1, wy0, wy1)
                 bits = warp_ballot(pred)
                 while bits != 0:
                     k = c32 * nw + lowest_bit(bits)
@@ -253,9 +256,11 @@ def make_raster_kernels(float_t, warp_sum, warp_sum2, warp_sum8, launch_bounds=N
                     ei = first + c32 * nw + lane32  # counted from the end of the batch
                     pred = int(0)
                     if ei < count:
-                        ke = count - 1 - ei
-                        pred = splat_reaches(wp.tile_extract(t_mean, ke), wp.tile_extract(t_conic, ke),
-                                       wp.tile_extract(t_opacity, ke), wx0, wx1, wy0, wy1)
+                        pred = 1  # (the CPU: see the forward)
+                        if on_cuda() != 0:
+                            ke = count - 1 - ei
+                            pred = splat_reaches(wp.tile_extract(t_mean, ke), wp.tile_extract(t_conic, ke),
+                                                 wp.tile_extract(t_opacity, ke), wx0, wx1, wy0, wy1)
                     bits = warp_ballot(pred)
                     while bits != 0:
                         k = count - 1 - (first + c32 * nw + lowest_bit(bits))
