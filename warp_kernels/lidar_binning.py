@@ -101,10 +101,11 @@ def lane_of_ray(row: int, col: int, cols: int):
     return (wr * WARP_BLOCK_COLS + wc) * 32 + (row - wr * rw) * cw + col - wc * cw
 
 
-def max_work_items(tiles: int, capacity: int, fixed_chunk: int = 0, chunk_of_mean: tuple[int, int] = (1, 6)) -> int:
+def max_work_items(tiles: int, capacity: int, fixed_chunk: int, chunk_of_mean: tuple[int, int]) -> int:
     """Upper bound on the work items (the rasterizers' launch size): every non-empty tile
     has one, plus one per full chunk, and there are at most intersections / L full chunks
-    (L >= num / den of the mean list: at most den * tiles / num)."""
+    (L >= num / den of the mean list: at most den * tiles / num). ``chunk_of_mean`` is the
+    device's entry of CHUNK_OF_MEAN; ``fixed_chunk`` > 0 fixes L instead."""
     if fixed_chunk > 0:
         return tiles + capacity // fixed_chunk + 1
     num, den = chunk_of_mean
