@@ -7,6 +7,7 @@ import threading
 
 import torch
 import warp as wp
+import warp._src.context as _warp_context
 # Warp's kernel-argument descriptor is not exported; warp-lang is pinned to 1.19.x, and
 # tests/render/test_warp_args.py checks the launcher's against the descriptor of a wp.array.
 from warp._src.types import array_t as _array_t
@@ -58,6 +59,11 @@ _DESCRIPTOR_BYTES = ctypes.sizeof(_array_t)
 _NULL_ARRAY = _array_t()
 
 
+# Warp's native launcher, called with the recorded launch's own values (``_Command.queue``).
+# warp-lang is pinned to 1.19.x; tests/render/test_warp_args.py checks its signature.
+_NATIVE_LAUNCH_ARGS = 11
+
+
 class _Command:
     """A recorded launch of one kernel whose parameter slots are rewritten in place per launch.
 
@@ -66,11 +72,21 @@ class _Command:
     Scalars are set through their ctypes value.
     """
 
-    __slots__ = ("launch", "dim", "kinds", "slots", "keys", "args")
+    __slots__ = ("launch", "dim", "kinds", "slots", "keys", "args", "native")
 
     def __init__(self, launch: wp.Launch, dim: tuple, kernel):
         self.launch, self.dim = launch, dim
         launch.fwd_args = launch.adj_args = None  # kept by Warp for its own captures only; they hold tensors
+        self.native = None
+        launcher = _warp_context.runtime.core.wp_cuda_launch_kernel
+        if launch.device.is_cuda and len(launcher.argtypes) == _NATIVE_LAUNCH_ARGS:
+            # What Warp's Launch.launch passes its native launcher, but the launch size
+            # (set_dim changes it) and the stream (the device's current one).
+            hooks = launch.hooks
+            self.native = (launch.device.context, hooks.backward if launch.adjoint else hooks.forward,
+                           launch.max_blocks, launch.block_dim, int(launch.grid_stride), launch.cluster_dim,
+                           hooks.backward_smem_bytes if launch.adjoint else hooks.forward_smem_bytes,
+                           launch.params_addr)
         self.args = list(kernel.adj.args) * (2 if launch.adjoint else 1)
         self.kinds, self.slots, self.keys = [], [], []
         for j in range(1, len(launch.params)):
@@ -106,6 +122,27 @@ class _Command:
             ctypes.memmove(ctypes.addressof(slot), ctypes.addressof(descriptor), _DESCRIPTOR_BYTES)
             self.keys[j] = key
         slot.data = a.data_ptr()
+
+    def queue(self) -> None:
+        """Queue the launch on the device's current stream.
+
+        On CUDA this calls Warp's native launcher with the values recorded here, without
+        ``Launch.launch``'s per-call Python (its capture checks, its attribute reads): a render
+        makes some 20 launches, and small renders are bound by host time. Warp's own path runs
+        whenever one of its captures is active (it records launches there), and on the CPU.
+        """
+        recorded = self.launch
+        native = self.native
+        runtime = _warp_context.runtime
+        if native is None or runtime.captures or runtime._apic_capture is not None:
+            recorded.launch()
+            return
+        context, hook, max_blocks, block_dim, grid_stride, cluster_dim, smem, params_addr = native
+        if runtime.core.wp_cuda_launch_kernel(context, hook, recorded.bounds.size, max_blocks, block_dim, grid_stride,
+                                              cluster_dim, smem, params_addr, recorded.device.stream.cuda_stream,
+                                              None):
+            _warp_context._raise_cuda_launch_error(recorded.kernel, recorded.device, recorded.hooks,
+                                                     recorded.adjoint)
 
 
 _commands: dict[tuple, _Command] = {}
@@ -171,7 +208,7 @@ def launch(kernel, dim, inputs: list, outputs: list = (), *, device: wp.context.
             params[j + 1].value = a if type(a) is int or type(a) is float else _scalar_value(a)
         else:
             recorded.set_param_at_index(j % len(kernel.adj.args), a, adjoint=j >= len(kernel.adj.args))
-    recorded.launch()
+    cmd.queue()
 
 
 _views: dict[tuple, wp.array] = {}

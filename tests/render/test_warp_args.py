@@ -179,3 +179,30 @@ def test_warp_view_is_found_again_and_owns_nothing():
     ref = weakref.ref(t)
     del t
     assert ref() is None
+
+
+def test_native_launcher_takes_what_the_command_passes():
+    """On CUDA a replayed launch calls Warp's native launcher itself (``_Command.queue``), in the
+    order Warp's ``Launch.launch`` does; CI has no GPU, so this pins that call and its signature
+    (warp-lang 1.19.x): a Warp release that changes either fails here, not on a GPU."""
+    import ctypes
+    import inspect
+    import re
+
+    import warp._src.context as warp_context
+
+    from nurec_usd.render import warp_torch
+
+    init_warp()
+    argtypes = warp_context.runtime.core.wp_cuda_launch_kernel.argtypes
+    assert len(argtypes) == warp_torch._NATIVE_LAUNCH_ARGS
+    assert argtypes[2] is ctypes.c_size_t and argtypes[8] == ctypes.POINTER(ctypes.c_void_p)
+    assert all(t is ctypes.c_int for t in argtypes[3:8])
+    source = re.sub(r"\s+", "", inspect.getsource(wp.Launch.launch))
+    for hook in ("forward", "backward"):
+        assert (f"wp_cuda_launch_kernel(self.device.context,self.hooks.{hook},self.bounds.size,self.max_blocks,"
+                f"self.block_dim,int(self.grid_stride),self.cluster_dim,self.hooks.{hook}_smem_bytes,"
+                "self.params_addr,stream.cuda_stream,apic_info_ptr,)") in source
+    # on the CPU a command keeps Warp's own launch
+    launch(_square, 4, [torch.randn(4)], [torch.empty(4)], device=warp_device(torch.device("cpu")))
+    assert all(cmd.native is None for key, cmd in warp_torch._commands.items() if key[0] is _square)
