@@ -288,6 +288,7 @@ def make_projection_kernel(float_t, pinhole_global: bool = False):
     ):
         c, i = wp.tid()
         radii[c, i] = 0
+        means2d[c, i] = vec2(float_t(0.0), float_t(0.0))  # what a culled splat reports (no fill on the host)
         model = cam_model[c]
         k = cam_params[c]
         mean = means[i]

@@ -14,6 +14,10 @@ bit pattern, which orders like the depth for positive values) and the value the
 Gaussian's index. After a radix sort, ``tile_ranges`` finds each tile's slice.
 Intersections past the capacity are not written; the scan's total counts all of them, and
 ``tile_ranges`` flags the overflow on the device.
+
+The fills a render needs ride along with these kernels rather than taking launches of their
+own (each launch or torch fill is host time, and small renders are bound by it):
+``count_tiles`` zeroes the tile ranges, and ``emit_keys`` pads the key slots past the total.
 """
 
 import warp as wp
@@ -106,11 +110,15 @@ def make_binning_kernels(float_t):
         tiles_x: int,
         tiles_y: int,
         counts: wp.array(dtype=wp.int32),  # [C * N + 1] out: 0, then each splat's tile count
+        ranges: wp.array2d(dtype=wp.int32),  # [num_tiles + 1, 2] out: zeroed, for tile_ranges
     ):
         # One leading zero: an inclusive scan of counts is then the exclusive offsets followed
         # by the total (torch.cumsum, which a CUDA graph can capture).
         c, i = wp.tid()
         n = radii.shape[1]
+        for r in range(c * n + i, ranges.shape[0], radii.shape[0] * n):
+            ranges[r, 0] = 0
+            ranges[r, 1] = 0
         count = int(0)
         if radii[c, i] > 0:
             uv = means2d[c, i]
@@ -134,12 +142,16 @@ def make_binning_kernels(float_t):
         tiles_x: int,
         tiles_y: int,
         capacity: int,
-        keys: wp.array(dtype=wp.int64),  # [>= capacity] out
+        keys: wp.array(dtype=wp.int64),  # [>= capacity] out; slots [total, capacity) get KEY_PAD
         values: wp.array(dtype=wp.int32),  # [>= capacity] out: camera * N + Gaussian
     ):
         c, i = wp.tid()
         n = radii.shape[1]
         flat = c * n + i
+        splats = radii.shape[0] * n
+        # KEY_PAD in the slots past the total, so that the fixed-size sort leaves them last
+        for p in range(offsets[splats] + flat, capacity, splats):
+            keys[p] = KEY_PAD
         count = offsets[flat + 1] - offsets[flat]
         if count == 0:
             return
@@ -175,20 +187,11 @@ count_tiles_f64, emit_keys_f64 = make_binning_kernels(wp.float64)
 
 
 @wp.kernel
-def pad_keys(keys: wp.array(dtype=wp.int64), start: wp.array(dtype=wp.int32), capacity: int):
-    """Fill keys[start:capacity] with KEY_PAD so that a fixed-size sort leaves them last
-    (nothing when start, the intersections wanted, is past the capacity)."""
-    k = wp.tid()
-    if k >= start[0] and k < capacity:
-        keys[k] = KEY_PAD
-
-
-@wp.kernel
 def tile_ranges(
     keys: wp.array(dtype=wp.int64),  # [M] sorted
     total: wp.array(dtype=wp.int32),  # [1] intersections wanted (the valid keys: at most the capacity M)
     capacity: int,  # M
-    ranges: wp.array2d(dtype=wp.int32),  # [num_tiles + 1, 2] out, zero-initialised: [start, end); the last row is the dead tile
+    ranges: wp.array2d(dtype=wp.int32),  # [num_tiles + 1, 2] out, zeroed by count_tiles: [start, end); the last row is the dead tile
     overflow: wp.array(dtype=wp.bool),  # [1] out: more intersections wanted than the capacity
 ):
     k = wp.tid()

@@ -195,10 +195,11 @@ class _RenderCameras(torch.autograd.Function):
         tiles_x, tiles_y = math.ceil(w / kbin.TILE_SIZE), math.ceil(h / kbin.TILE_SIZE)
         tiles = c * tiles_x * tiles_y
 
-        # Only means2d is zero-filled (returned: culled rows read 0). The projection writes every
-        # radius (0 = culled) and the other rows of visible splats only; nothing reads a culled
-        # splat's rows, and each fill is a launch of host time.
-        means2d = torch.zeros(c, n, 2, dtype=dtype, device=device)  # returned: an allocation of its own
+        # No fills: each is host time. The projection writes every radius (0 = culled) and every
+        # 2D mean (0 where culled: returned), the other rows of visible splats only (nothing reads
+        # a culled splat's rows); the tile count zeroes the ranges and the key emission pads the
+        # keys (warp_kernels.tile_binning).
+        means2d = torch.empty(c, n, 2, dtype=dtype, device=device)  # returned: an allocation of its own
         radii = torch.empty(c, n, dtype=torch.int32, device=device)
         conics, depths, dirs, opacities2d = _split(torch.empty, [(c, n, 3), (c, n), (c, n, 3), (c, n)], dtype, device)
         if sh_degree < 0:  # colours given: the same for every camera
@@ -206,14 +207,16 @@ class _RenderCameras(torch.autograd.Function):
         else:
             colors = torch.empty(c, n, 3, dtype=dtype, device=device)
         counts, offsets = _split(torch.empty, [(c * n + 1,), (c * n + 1,)], torch.int32, device)
-        if c * n == 0:
-            counts.zero_()  # (the tile count writes the leading zero)
+        ranges = torch.empty(tiles + 1, 2, dtype=torch.int32, device=device)  # + the binning's dead tile
+        if c * n == 0:  # (no splat: the kernels that write these do not run)
+            counts.zero_()
+            ranges.zero_()
         wdev = warp_device(device)
         launch(project, (c, n), _camera_inputs(means, quats, scales, opacities, cams, settings),
                [means2d, conics, depths, radii, dirs, opacities2d], device=wdev)
         if sh_degree >= 0:
             launch(sh_kernel, (c, n), [sh, int(sh_degree), dirs, radii], [colors], device=wdev)
-        launch(count_tiles, (c, n), [means2d, conics, opacities2d, radii, tiles_x, tiles_y], [counts],
+        launch(count_tiles, (c, n), [means2d, conics, opacities2d, radii, tiles_x, tiles_y], [counts, ranges],
                device=wdev)
         torch.cumsum(counts, 0, dtype=torch.int32, out=offsets)  # each splat's first slot, then the total
         total = offsets[c * n:]  # [1] intersections wanted (may exceed the capacity)
@@ -223,11 +226,9 @@ class _RenderCameras(torch.autograd.Function):
         capacity = max(capacity, 1)
         keys = torch.empty(2 * capacity, dtype=torch.int64, device=device)
         values = torch.empty(2 * capacity, dtype=torch.int32, device=device)
-        ranges = torch.zeros(tiles + 1, 2, dtype=torch.int32, device=device)  # + the binning's dead tile
         overflow = torch.empty(1, dtype=torch.bool, device=device)
         launch(emit_keys, (c, n), [means2d, conics, opacities2d, radii, depths, offsets, tiles_x, tiles_y, capacity],
                [keys, values], device=wdev)
-        launch(kbin.pad_keys, capacity, [keys, total, capacity], device=wdev)
         tile_bits = max(1, int(tiles).bit_length())
         wp.utils.radix_sort_pairs(warp_view(keys), warp_view(values), capacity, end_bit=32 + tile_bits)
         launch(kbin.tile_ranges, capacity, [keys, total, capacity], [ranges, overflow], device=wdev)
@@ -271,10 +272,12 @@ class _RenderCameras(torch.autograd.Function):
             raster_bwd, grad_depth = raster_bwd_nodepth, alpha  # (an image the kernel does not read)
         else:
             grad_depth = grad_depth.contiguous()
-        # the rasterizer's gradients, one after the other in one buffer (it adds into them by offset)
-        g_raster = torch.zeros(10 * c * n, dtype=dtype, device=device)
+        # the rasterizer's gradients, one after the other in one buffer (it adds into them by offset),
+        # and after them the view directions' (one fill for both)
+        g_raster, g_dirs = torch.zeros(13 * c * n, dtype=dtype, device=device).split([10 * c * n, 3 * c * n])
         g_means2d, g_conics, g_colors, g_depths, g_opacities2d = _carve(
             g_raster, [(c, n, 2), (c, n, 3), (c, n, 3), (c, n), (c, n)])
+        g_dirs = g_dirs.view(c, n, 3)
         # the hand-written pinhole backward writes every Gaussian's gradient; Warp's adjoint adds to them
         make = torch.empty_like if cams.pinhole_global else torch.zeros_like
         g_means, g_quats, g_scales = make(means), make(quats), make(scales)
@@ -284,7 +287,6 @@ class _RenderCameras(torch.autograd.Function):
                [ranges, values, *_per_splat((means2d, conics, colors, depths, opacities2d)), background, tiles_x,
                 tiles_x * tiles_y, w, h, alpha, last, grad_rgb, grad_alpha, grad_depth, c * n],
                [g_raster], device=wdev, block_dim=kraster.TILE_PIXELS, tiled=True)
-        g_dirs = torch.zeros(c, n, 3, dtype=dtype, device=device)
         if ctx.sh_degree < 0:
             g_sh[:, 0, :] = g_colors.sum(0)
         else:  # colours: Warp's adjoint of sh_colors (it replays the forward into a scratch output)
@@ -315,6 +317,22 @@ class _RenderCameras(torch.autograd.Function):
 
 
 _apply_render_cameras = direct_apply(_RenderCameras)
+
+
+_blacks: dict[tuple, torch.Tensor] = {}
+
+
+def _black(c: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A black background for c cameras, made once per (c, dtype, device): a fill per render is
+    host time, and the renderer only reads it."""
+    key = (c, dtype, device)
+    black = _blacks.get(key)
+    if black is None:
+        black = torch.zeros(c, 3, dtype=dtype, device=device)
+        # not one made while a CUDA graph is captured: it lives in the graph's memory pool
+        if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+            _blacks[key] = black
+    return black
 
 
 def render_cameras(
@@ -357,7 +375,7 @@ def render_cameras(
         raise ValueError(f"{c} cameras x {n} Gaussians is too large a batch for one render (at most "
                          f"{(2**31 - 1) // 10:,} camera-Gaussian pairs): render fewer cameras at a time")
     if background is None:
-        background = torch.zeros(c, 3, dtype=dtype, device=means.device)
+        background = _black(c, dtype, means.device)
     background = background.to(dtype).expand(c, 3).contiguous()
     cams = cameras if cameras.params.dtype == dtype else cameras.to(dtype)
     rgb, alpha, depth, means2d, radii, total, overflow = _apply_render_cameras(

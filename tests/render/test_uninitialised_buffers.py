@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nurec_usd.render.camera import render_cameras
+from nurec_usd.render.camera import RenderSettings, render_cameras
 from nurec_usd.render.interpolate import interpolate_gaussians
 from nurec_usd.render.lidar import LidarRenderSettings, render_lidar
 from test_camera_render import make_cameras, pinhole_cameras
@@ -65,13 +65,19 @@ def _with_culled_gaussians(params: list[torch.Tensor]) -> list[torch.Tensor]:
     return [means, *params[1:]]
 
 
-@pytest.mark.parametrize("pinhole", [True, False])
-def test_camera_render_reads_only_what_it_wrote(pinhole, monkeypatch):
+@pytest.mark.parametrize("pinhole, spare", [(True, False), (False, False), (True, True)])
+def test_camera_render_reads_only_what_it_wrote(pinhole, spare, monkeypatch):
+    """``spare``: a fixed capacity with room to spare (the key slots past the total are padded by
+    the key emission, the tile ranges zeroed by the tile count: no fill of their own)."""
     cams = pinhole_cameras(torch.float32) if pinhole else make_cameras(torch.float32)
     params = _with_culled_gaussians(camera_gaussians(200, torch.float32))
+    settings = None
+    if spare:
+        wanted = int(render_cameras(*params, cams, sh_degree=3).intersections)
+        settings = RenderSettings(capacity=2 * wanted + 37)
 
     def render(*p):
-        out = render_cameras(*p, cams, sh_degree=3)
+        out = render_cameras(*p, cams, sh_degree=3, settings=settings)
         return out.rgb, out.alpha, out.depth, out.means2d
 
     _compare_poisoned(render, params, monkeypatch)
