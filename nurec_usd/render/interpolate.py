@@ -285,9 +285,9 @@ class _InterpolateGaussians(torch.autograd.Function):
         actor_quats: torch.Tensor,  # [Na, 4]
         corr_t: torch.Tensor | None,  # [K, 3]
         corr_w: torch.Tensor | None,  # [K, 3]
-        queued: tuple,  # from _queue_forward: the outputs, already queued, and what the backward
-        # reads. A tuple, not tensor arguments: they need no gradient, and autograd's per-tensor
-        # work costs host time.
+        queued: tuple,  # the outputs, already queued (_queue_static, _queue_actors), and what the
+        # backward reads. A tuple, not tensor arguments: they need no gradient, and autograd's
+        # per-tensor work costs host time.
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         t, actor_index, tracks, poses, out_means, out_quats, out_vis = queued
         ctx.mark_non_differentiable(out_vis)
@@ -422,22 +422,24 @@ def _check_rows(expected: list, dtype: torch.dtype, device: torch.device) -> Non
             raise ValueError(f"{name} is on {x.device}, the tracks on {device}")
 
 
-def _check_gaussians(
-    static_means: torch.Tensor,
-    static_quats: torch.Tensor,
-    actor_means: torch.Tensor,
-    actor_quats: torch.Tensor,
-    actor_index: torch.Tensor,
-    tracks: TrackKeys,
-) -> None:
-    """The Gaussians' tensors against each other and the tracks: shapes, dtypes, devices."""
-    dtype, device = tracks.dtype, tracks.device
+def _check_static(static_means: torch.Tensor, static_quats: torch.Tensor, actor_means: torch.Tensor,
+                  tracks: TrackKeys) -> None:
+    """What the first launch reads, the static Gaussians, against the tracks; and that the actor
+    means are rows (their count sizes the outputs). Shapes, dtypes and devices only."""
     for name, x in (("static_means", static_means), ("actor_means", actor_means)):
         if not isinstance(x, torch.Tensor) or x.ndim != 2:
             raise ValueError(f"{name} must have shape [N, 3], got {_shape(x)}")
-    Ns, Na = static_means.shape[0], actor_means.shape[0]
-    _check_rows([("static_means", static_means, Ns, 3), ("static_quats", static_quats, Ns, 4),
-                 ("actor_means", actor_means, Na, 3), ("actor_quats", actor_quats, Na, 4)], dtype, device)
+    Ns = static_means.shape[0]
+    _check_rows([("static_means", static_means, Ns, 3), ("static_quats", static_quats, Ns, 4)], tracks.dtype,
+                tracks.device)
+
+
+def _check_actors(actor_means: torch.Tensor, actor_quats: torch.Tensor, actor_index: torch.Tensor,
+                  tracks: TrackKeys) -> None:
+    """The actor Gaussians' tensors against each other and the tracks: shapes, dtypes, devices."""
+    dtype, device = tracks.dtype, tracks.device
+    Na = actor_means.shape[0]
+    _check_rows([("actor_means", actor_means, Na, 3), ("actor_quats", actor_quats, Na, 4)], dtype, device)
     if not isinstance(actor_index, torch.Tensor) or actor_index.shape != (Na,):
         raise ValueError(f"actor_index must have shape [{Na}], got {_shape(actor_index)}")
     if actor_index.dtype != torch.int32:
@@ -446,41 +448,43 @@ def _check_gaussians(
         raise ValueError(f"actor_index is on {actor_index.device}, the tracks on {device}")
 
 
-def _queue_forward(t: torch.Tensor, tracks: TrackKeys, corr_t: torch.Tensor | None, corr_w: torch.Tensor | None,
-                   static_means: torch.Tensor, static_quats: torch.Tensor, actor_means: torch.Tensor,
-                   actor_quats: torch.Tensor, actor_index: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The forward's two launches. Returns (poses [A, 8] (w, x, y, z, tx, ty, tz, visible),
-    means [Ns+Na, 3], quats [Ns+Na, 4], visible [Ns+Na]).
+def _queue_static(t: torch.Tensor, tracks: TrackKeys, corr_t: torch.Tensor | None, corr_w: torch.Tensor | None,
+                  static_means: torch.Tensor, static_quats: torch.Tensor, Na: int) -> tuple[torch.Tensor, ...]:
+    """The outputs, and the forward's first launch. Returns (poses [A, 8] (w, x, y, z, tx, ty, tz,
+    visible), means [Ns+Na, 3], quats [Ns+Na, 4], visible [Ns+Na]).
 
-    1. The actors' poses at t (when any Gaussian is an actor's) and the static Gaussians copied
-       into the outputs: the poses are chains of dependent reads (~20 us on an H200) that the
-       copy hides.
-    2. The actor Gaussians, each moved by its actor's pose.
-
-    Both are queued before the autograd call, so the device works while the host builds the
-    autograd node: on a small scene the host is the slower of the two.
+    The launch computes the actors' poses at t (when any Gaussian is an actor's) and copies the
+    static Gaussians into the outputs: the poses are chains of dependent reads (~20 us on an
+    H200) that the copy hides. The second launch (:func:`_queue_actors`) moves the actor
+    Gaussians by those poses. Both are queued before the autograd call, so the device works
+    while the host builds the autograd node: on a small scene the host is the slower of the two.
     """
     dtype, device = tracks.dtype, tracks.device
-    Ns, Na = static_means.shape[0], actor_means.shape[0]
+    Ns = static_means.shape[0]
     A = tracks.num_actors if Na > 0 else 0
     poses = torch.empty(A, 8, dtype=dtype, device=device)
     means = torch.empty(Ns + Na, 3, dtype=dtype, device=device)
     quats = torch.empty(Ns + Na, 4, dtype=dtype, device=device)
     visible = torch.empty(Ns + Na, dtype=dtype, device=device)
-    if Ns + Na == 0:
-        return poses, means, quats, visible
-    if _kernels is None:
-        _warp()
-    wdev = _warp_torch.warp_device(device)  # once for both launches: it costs host time
-    launch = _warp_torch.launch
     if A + Ns > 0:
-        launch(_overloads["poses_and_static", dtype], A + Ns,
-               [t, A, *_track_arrays(tracks, corr_t, corr_w), static_means, static_quats, poses, means, quats,
-                visible], device=wdev)
-    if Na > 0:  # (with no tracks at all, A = 0: the actor Gaussians stay in place, invisible)
-        launch(_overloads["interpolate_actors", dtype], Na,
-               [Ns, actor_means, actor_quats, actor_index, poses, means, quats, visible], device=wdev)
+        if _kernels is None:
+            _warp()
+        _warp_torch.launch(_overloads["poses_and_static", dtype], A + Ns,
+                           [t, A, *_track_arrays(tracks, corr_t, corr_w), static_means, static_quats, poses, means,
+                            quats, visible], device=_warp_torch.warp_device(device))
     return poses, means, quats, visible
+
+
+def _queue_actors(Ns: int, actor_means: torch.Tensor, actor_quats: torch.Tensor, actor_index: torch.Tensor,
+                  poses: torch.Tensor, means: torch.Tensor, quats: torch.Tensor, visible: torch.Tensor) -> None:
+    """The forward's second launch: the actor Gaussians moved by their actors' poses into rows Ns..
+    of the outputs. (With no tracks at all, A = 0: they stay in place, invisible.)"""
+    if actor_means.shape[0] > 0:
+        if _kernels is None:
+            _warp()
+        _warp_torch.launch(_overloads["interpolate_actors", poses.dtype], actor_means.shape[0],
+                           [Ns, actor_means, actor_quats, actor_index, poses, means, quats, visible],
+                           device=_warp_torch.warp_device(poses.device))
 
 
 def _queue_actor_poses(t: torch.Tensor, tracks: TrackKeys, corr_t: torch.Tensor | None,
@@ -527,15 +531,20 @@ def interpolate_gaussians(
         visible: opacity multiplier, 1 or 0 (actors outside their track's time range).  # [Ns+Na]
     """
     _check_tracks_inputs(t, tracks, pose_corrections)
-    _check_gaussians(static_means, static_quats, actor_means, actor_quats, actor_index, tracks)
+    _check_static(static_means, static_quats, actor_means, tracks)
     # The kernels read rows in place: make them contiguous (no-ops for the usual tensors).
     c = lambda x: x.contiguous()  # noqa: E731
     corr_t, corr_w = (None, None) if pose_corrections is None else (c(x) for x in pose_corrections)
     t = _query_time(t, tracks.dtype)
     static_means, static_quats = _aligned16(c(static_means)), _aligned16(c(static_quats))
+    poses, means, quats, visible = _queue_static(t, tracks, corr_t, corr_w, static_means, static_quats,
+                                                 actor_means.shape[0])
+    # The actors' tensors are checked after the first launch, which does not read them: the
+    # device starts that much sooner (host time before the first launch is idle device time on
+    # a small scene). A refusal here leaves only the new outputs written.
+    _check_actors(actor_means, actor_quats, actor_index, tracks)
     actor_means, actor_quats, actor_index = c(actor_means), _aligned16(c(actor_quats)), c(actor_index)
-    poses, means, quats, visible = _queue_forward(t, tracks, corr_t, corr_w, static_means, static_quats,
-                                                  actor_means, actor_quats, actor_index)
+    _queue_actors(static_means.shape[0], actor_means, actor_quats, actor_index, poses, means, quats, visible)
     wants_grad = (static_means.requires_grad or static_quats.requires_grad or actor_means.requires_grad
                   or actor_quats.requires_grad
                   or (corr_t is not None and (corr_t.requires_grad or corr_w.requires_grad)))

@@ -410,7 +410,8 @@ def test_input_errors_name_the_argument():
     cases = [
         (dict(static_means=torch.zeros(2, 4)), "static_means"),
         (dict(static_quats=torch.zeros(3, 4)), "static_quats"),
-        (dict(actor_means=g["actor_means"].double()), "actor_means"),
+        (dict(actor_means=g["actor_means"].double()), "actor_means"),  # refused after the first launch
+        (dict(actor_means=torch.zeros(6)), "actor_means"),  # refused before it (its rows size the outputs)
         (dict(actor_quats=torch.zeros(6, 3)), "actor_quats"),
         (dict(actor_index=g["actor_index"].long()), "actor_index"),
         (dict(actor_index=g["actor_index"][:2]), "actor_index"),
