@@ -142,7 +142,7 @@ class _Command:
                                               cluster_dim, smem, params_addr, recorded.device.stream.cuda_stream,
                                               None):
             _warp_context._raise_cuda_launch_error(recorded.kernel, recorded.device, recorded.hooks,
-                                                     recorded.adjoint)
+                                                   recorded.adjoint)
 
 
 _commands: dict[tuple, _Command] = {}
