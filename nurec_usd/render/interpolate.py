@@ -467,11 +467,9 @@ def _queue_static(t: torch.Tensor, tracks: TrackKeys, corr_t: torch.Tensor | Non
     quats = torch.empty(Ns + Na, 4, dtype=dtype, device=device)
     visible = torch.empty(Ns + Na, dtype=dtype, device=device)
     if A + Ns > 0:
-        if _kernels is None:
-            _warp()
-        _warp_torch.launch(_overloads["poses_and_static", dtype], A + Ns,
-                           [t, A, *_track_arrays(tracks, corr_t, corr_w), static_means, static_quats, poses, means,
-                            quats, visible], device=_warp_torch.warp_device(device))
+        _launch("poses_and_static", dtype, device, A + Ns,
+                [t, A, *_track_arrays(tracks, corr_t, corr_w), static_means, static_quats, poses, means, quats,
+                 visible])
     return poses, means, quats, visible
 
 
@@ -480,11 +478,8 @@ def _queue_actors(Ns: int, actor_means: torch.Tensor, actor_quats: torch.Tensor,
     """The forward's second launch: the actor Gaussians moved by their actors' poses into rows Ns..
     of the outputs. (With no tracks at all, A = 0: they stay in place, invisible.)"""
     if actor_means.shape[0] > 0:
-        if _kernels is None:
-            _warp()
-        _warp_torch.launch(_overloads["interpolate_actors", poses.dtype], actor_means.shape[0],
-                           [Ns, actor_means, actor_quats, actor_index, poses, means, quats, visible],
-                           device=_warp_torch.warp_device(poses.device))
+        _launch("interpolate_actors", poses.dtype, poses.device, actor_means.shape[0],
+                [Ns, actor_means, actor_quats, actor_index, poses, means, quats, visible])
 
 
 def _queue_actor_poses(t: torch.Tensor, tracks: TrackKeys, corr_t: torch.Tensor | None,
