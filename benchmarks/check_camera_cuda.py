@@ -2,7 +2,8 @@
 torch twin (on the GPU too), forward and backward, float32 and float64, every camera model
 with rolling shutters. The warp-level reductions of the backward only exist on CUDA, so
 this is where they are checked; so is the CUDA graph of ``GraphedCameraRenderer``, whose
-replays must equal eager renders at the same poses.
+replays must equal eager renders at the same poses, and the forward without the depth image,
+whose colour and alpha must equal the full forward's.
 
     python benchmarks/check_camera_cuda.py
 """
@@ -47,6 +48,10 @@ def run(dtype, n: int, tol_fwd: float, tol_grad: float) -> bool:
     fwd = max((ours.rgb - ref[0]).abs().max().item(), (ours.alpha - ref[1]).abs().max().item())
     print(f"{str(dtype):14s} n={n}: max |rgb, alpha - twin| = {fwd:.2e}")
     ok &= fwd < tol_fwd
+    plain = render_cameras(*params, cams, sh_degree=3, background=bg, settings=RenderSettings(depth=False))
+    same = max((plain.rgb - ours.rgb).abs().max().item(), (plain.alpha - ours.alpha).abs().max().item())
+    print(f"{str(dtype):14s} n={n}: without the depth image, max |rgb, alpha - with it| = {same:.2e}")
+    ok &= plain.depth is None and same == 0.0
     for name, a, b in zip(("means", "quats", "scales", "opacities", "sh"), g, g_ref):
         err = ((a - b).norm() / b.norm()).item()
         print(f"    grad {name:10s} relative error {err:.2e}")
@@ -54,14 +59,14 @@ def run(dtype, n: int, tol_fwd: float, tol_grad: float) -> bool:
     return ok
 
 
-def run_graphed(dtype, n: int) -> bool:
+def run_graphed(dtype, n: int, depth: bool = True) -> bool:
     """Graph replays at three poses against eager renders there: the same kernels; the eager
     batch's quaternions come from the host, so float32 rounding differs slightly (a stale or
     wrong pose would differ by far more than the tolerance)."""
     device = torch.device("cuda:0")
     params = [p.to(device) for p in make_gaussians(n, dtype)]
     cams = to(make_cameras(dtype), device)
-    renderer = GraphedCameraRenderer(*params, cams, sh_degree=3)
+    renderer = GraphedCameraRenderer(*params, cams, sh_degree=3, depth=depth)
     start = make_transform(quat_to_matrix(cams.rot_start), cams.trans_start)
     end = make_transform(quat_to_matrix(cams.rot_end), cams.trans_end)
     worst = 0.0
@@ -73,8 +78,11 @@ def run_graphed(dtype, n: int) -> bool:
         eager = render_cameras(*params, to(CameraBatch.create(MODELS, [PARAMS[m] for m in MODELS], W, H, s.cpu(),
                                                                e.cpu(), SHUTTERS), device),
                                sh_degree=3, settings=RenderSettings(capacity=renderer.capacity))
+        if not depth and ours.depth is not None:
+            return False
         worst = max(worst, (ours.rgb - eager.rgb).abs().max().item(), (ours.alpha - eager.alpha).abs().max().item())
-    print(f"{str(dtype):14s} n={n}: graph replay against eager render, max |difference| = {worst:.2e}")
+    print(f"{str(dtype):14s} n={n}, depth {depth}: graph replay against eager render, max |difference| = "
+          f"{worst:.2e}")
     return worst <= 1e-4
 
 
@@ -82,5 +90,6 @@ if __name__ == "__main__":
     ok = run(torch.float32, 3000, 1e-4, 5e-4)  # float32 atomics reorder sums over ~1e4 terms
     ok &= run(torch.float64, 3000, 1e-10, 1e-10)
     ok &= run_graphed(torch.float32, 3000)
+    ok &= run_graphed(torch.float32, 3000, depth=False)
     print("CUDA check:", "PASSED" if ok else "FAILED")
     sys.exit(0 if ok else 1)

@@ -16,8 +16,11 @@ one pixel, the test would cost more than it saves (24% on a CPU forward + backwa
 every entry is visited. The backward walks the same list back to front, recovering T_i
 from T_final, each CUDA warp starting at the furthest Gaussian any of its pixels
 composited, and on CUDA sums each Gaussian's gradient over the 32 pixels of a warp
-(shuffles) before one atomic add, so the atomics per Gaussian drop 32-fold. The module is compiled without Warp's generated adjoint: compositing loops have
-run-time trip counts, which Warp's adjoint cannot replay.
+(shuffles) before one atomic add, so the atomics per Gaussian drop 32-fold. Both passes come
+in two forms, with the depth image (its expected-depth sums, or their gradients) and
+without, for renders and losses that do not use it. The module is compiled without Warp's
+generated adjoint: compositing loops have run-time trip counts, which Warp's adjoint cannot
+replay.
 """
 
 from typing import Any
@@ -65,7 +68,8 @@ def splat_reaches(m: Any, q: Any, op: Any, x0: int, x1: int, y0: int, y1: int):
 
 
 def make_raster_kernels(float_t, warp_sum, warp_sum2, warp_sum8, launch_bounds=None):
-    """Forward and backward rasterization kernels for one float type.
+    """Forward and backward rasterization kernels for one float type: the forward with and
+    without the depth image, then the backward with and without its gradient.
 
     ``launch_bounds`` (CUDA ``__launch_bounds__``, e.g. ``(256, 3)`` for three resident
     blocks per SM) trades registers for occupancy; ``benchmarks/raster_camera.py --tune``
@@ -97,91 +101,102 @@ def make_raster_kernels(float_t, warp_sum, warp_sum2, warp_sum8, launch_bounds=N
         _, xb, yb = pixel_of(tile, first + warp_width() - 1, tiles_x, tiles_per_cam)
         return wp.min(xa, xb), wp.max(xa, xb), wp.min(ya, yb), wp.max(ya, yb)
 
-    @wp.kernel(module=module, launch_bounds=launch_bounds)
-    def rasterize_forward(
-        ranges: wp.array2d(dtype=wp.int32),  # [tiles, 2] slice of the sorted list per tile
-        flat_ids: wp.array(dtype=wp.int32),  # [M] sorted values: camera * N + gaussian
-        means2d: wp.array(dtype=vec2),  # [C * N]
-        conics: wp.array(dtype=vec3),  # [C * N]
-        colors: wp.array(dtype=vec3),  # [C * N]
-        depths: wp.array(dtype=float_t),  # [C * N]
-        opacities: wp.array(dtype=float_t),  # [C * N]
-        background: wp.array(dtype=vec3),  # [C]
-        tiles_x: int,
-        tiles_per_cam: int,
-        width: int,
-        height: int,
-        out_rgb: wp.array3d(dtype=vec3),  # [C, H, W]
-        out_alpha: wp.array3d(dtype=float_t),  # [C, H, W]
-        out_depth: wp.array3d(dtype=float_t),  # [C, H, W] sum of w_i depth_i (not normalised)
-        out_last: wp.array3d(dtype=wp.int32),  # [C, H, W] one past the last Gaussian composited
-    ):
-        tile, lane = wp.tid()
-        c, px, py = pixel_of(tile, lane, tiles_x, tiles_per_cam)
-        inside = px < width and py < height
-        start = ranges[tile, 0]
-        end = ranges[tile, 1]
-        fx = float_t(px)
-        fy = float_t(py)
-        T = float_t(1.0)
-        rgb = vec3(float_t(0.0), float_t(0.0), float_t(0.0))
-        depth = float_t(0.0)
-        last = start
-        done = 0
-        if not inside:
-            done = 1
-        wx0, wx1, wy0, wy1 = warp_pixels(tile, lane, tiles_x, tiles_per_cam)
-        nw = warp_width()
-        for b in range((end - start + BATCH - 1) // BATCH):
-            # the whole block stops once every pixel of the tile is saturated
-            if wp.tile_sum(wp.tile(1 - done))[0] == 0:
-                break
-            base = start + b * BATCH
-            ids = wp.tile_load(flat_ids, shape=BATCH, offset=base, storage="shared")
-            t_mean = wp.tile_load_indexed(means2d, indices=ids, shape=(BATCH,), axis=0, storage="shared")
-            t_conic = wp.tile_load_indexed(conics, indices=ids, shape=(BATCH,), axis=0, storage="shared")
-            t_opacity = wp.tile_load_indexed(opacities, indices=ids, shape=(BATCH,), axis=0, storage="shared")
-            t_color = wp.tile_load_indexed(colors, indices=ids, shape=(BATCH,), axis=0, storage="shared")
-            t_depth = wp.tile_load_indexed(depths, indices=ids, shape=(BATCH,), axis=0, storage="shared")
-            n_b = wp.min(BATCH, end - base)
-            for c32 in range((n_b + nw - 1) // nw):
-                if warp_any(1 - done) == 0:
-                    break  # a CUDA warp leaves the batch as soon as its 32 pixels are saturated
-                # a warp's width of entries at a time (one per lane), then only those that can
-                # reach one of the warp's pixels, front to back
-                ei = c32 * nw + lane_id()
-                pred = int(0)
-                if ei < n_b:
-                    pred = 1  # on the CPU a warp is one pixel: the test would cost more than it saves
-                    if on_cuda() != 0:
-                        pred = splat_reaches(wp.tile_extract(t_mean, ei), wp.tile_extract(t_conic, ei),
-                                             wp.tile_extract(t_opacity, ei), wx0, wx1, wy0, wy1)
-                bits = warp_ballot(pred)
-                while bits != 0:
-                    k = c32 * nw + lowest_bit(bits)
-                    bits = bits & (bits - 1)
-                    if done == 0:
-                        m = wp.tile_extract(t_mean, k)
-                        q = wp.tile_extract(t_conic, k)
-                        dx = m[0] - fx
-                        dy = m[1] - fy
-                        sigma = float_t(0.5) * (q[0] * dx * dx + q[2] * dy * dy) + q[1] * dx * dy
-                        alpha = wp.min(float_t(ALPHA_MAX), wp.tile_extract(t_opacity, k) * wp.exp(-sigma))
-                        if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
-                            next_T = T * (float_t(1.0) - alpha)
-                            if next_T <= float_t(T_MIN):
-                                done = 1
-                            else:
-                                w = alpha * T
-                                rgb += wp.tile_extract(t_color, k) * w
-                                depth += wp.tile_extract(t_depth, k) * w
-                                T = next_T
-                                last = base + k + 1
-        if inside:
-            out_rgb[c, py, px] = rgb + background[c] * T
-            out_alpha[c, py, px] = float_t(1.0) - T
-            out_depth[c, py, px] = depth
-            out_last[c, py, px] = last
+    def make_forward(depth_out: bool):
+        """The forward; without ``depth_out`` it leaves out the depth image (the depths' staging,
+        sums and stores: about a tenth of the kernel's time on an H200), for renders that do not
+        use it (``out_depth`` may then be None)."""
+
+        @wp.kernel(module=module, launch_bounds=launch_bounds)
+        def rasterize_forward(
+            ranges: wp.array2d(dtype=wp.int32),  # [tiles, 2] slice of the sorted list per tile
+            flat_ids: wp.array(dtype=wp.int32),  # [M] sorted values: camera * N + gaussian
+            means2d: wp.array(dtype=vec2),  # [C * N]
+            conics: wp.array(dtype=vec3),  # [C * N]
+            colors: wp.array(dtype=vec3),  # [C * N]
+            depths: wp.array(dtype=float_t),  # [C * N]
+            opacities: wp.array(dtype=float_t),  # [C * N]
+            background: wp.array(dtype=vec3),  # [C]
+            tiles_x: int,
+            tiles_per_cam: int,
+            width: int,
+            height: int,
+            out_rgb: wp.array3d(dtype=vec3),  # [C, H, W]
+            out_alpha: wp.array3d(dtype=float_t),  # [C, H, W]
+            out_depth: wp.array3d(dtype=float_t),  # [C, H, W] sum of w_i depth_i (not normalised)
+            out_last: wp.array3d(dtype=wp.int32),  # [C, H, W] one past the last Gaussian composited
+        ):
+            tile, lane = wp.tid()
+            c, px, py = pixel_of(tile, lane, tiles_x, tiles_per_cam)
+            inside = px < width and py < height
+            start = ranges[tile, 0]
+            end = ranges[tile, 1]
+            fx = float_t(px)
+            fy = float_t(py)
+            T = float_t(1.0)
+            rgb = vec3(float_t(0.0), float_t(0.0), float_t(0.0))
+            depth = float_t(0.0)
+            last = start
+            done = 0
+            if not inside:
+                done = 1
+            wx0, wx1, wy0, wy1 = warp_pixels(tile, lane, tiles_x, tiles_per_cam)
+            nw = warp_width()
+            for b in range((end - start + BATCH - 1) // BATCH):
+                # the whole block stops once every pixel of the tile is saturated
+                if wp.tile_sum(wp.tile(1 - done))[0] == 0:
+                    break
+                base = start + b * BATCH
+                ids = wp.tile_load(flat_ids, shape=BATCH, offset=base, storage="shared")
+                t_mean = wp.tile_load_indexed(means2d, indices=ids, shape=(BATCH,), axis=0, storage="shared")
+                t_conic = wp.tile_load_indexed(conics, indices=ids, shape=(BATCH,), axis=0, storage="shared")
+                t_opacity = wp.tile_load_indexed(opacities, indices=ids, shape=(BATCH,), axis=0, storage="shared")
+                t_color = wp.tile_load_indexed(colors, indices=ids, shape=(BATCH,), axis=0, storage="shared")
+                if wp.static(depth_out):
+                    t_depth = wp.tile_load_indexed(depths, indices=ids, shape=(BATCH,), axis=0,
+                                                   storage="shared")
+                n_b = wp.min(BATCH, end - base)
+                for c32 in range((n_b + nw - 1) // nw):
+                    if warp_any(1 - done) == 0:
+                        break  # a CUDA warp leaves the batch as soon as its 32 pixels are saturated
+                    # a warp's width of entries at a time (one per lane), then only those that can
+                    # reach one of the warp's pixels, front to back
+                    ei = c32 * nw + lane_id()
+                    pred = int(0)
+                    if ei < n_b:
+                        pred = 1  # on the CPU a warp is one pixel: the test would cost more than it saves
+                        if on_cuda() != 0:
+                            pred = splat_reaches(wp.tile_extract(t_mean, ei), wp.tile_extract(t_conic, ei),
+                                                 wp.tile_extract(t_opacity, ei), wx0, wx1, wy0, wy1)
+                    bits = warp_ballot(pred)
+                    while bits != 0:
+                        k = c32 * nw + lowest_bit(bits)
+                        bits = bits & (bits - 1)
+                        if done == 0:
+                            m = wp.tile_extract(t_mean, k)
+                            q = wp.tile_extract(t_conic, k)
+                            dx = m[0] - fx
+                            dy = m[1] - fy
+                            sigma = float_t(0.5) * (q[0] * dx * dx + q[2] * dy * dy) + q[1] * dx * dy
+                            alpha = wp.min(float_t(ALPHA_MAX), wp.tile_extract(t_opacity, k) * wp.exp(-sigma))
+                            if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
+                                next_T = T * (float_t(1.0) - alpha)
+                                if next_T <= float_t(T_MIN):
+                                    done = 1
+                                else:
+                                    w = alpha * T
+                                    rgb += wp.tile_extract(t_color, k) * w
+                                    if wp.static(depth_out):
+                                        depth += wp.tile_extract(t_depth, k) * w
+                                    T = next_T
+                                    last = base + k + 1
+            if inside:
+                out_rgb[c, py, px] = rgb + background[c] * T
+                out_alpha[c, py, px] = float_t(1.0) - T
+                if wp.static(depth_out):
+                    out_depth[c, py, px] = depth
+                out_last[c, py, px] = last
+
+        return rasterize_forward
 
     def make_backward(depth_grad: bool):
         """The backward; without ``depth_grad`` it leaves out the depth image's gradient (the
@@ -340,7 +355,7 @@ def make_raster_kernels(float_t, warp_sum, warp_sum2, warp_sum8, launch_bounds=N
 
         return rasterize_backward
 
-    return rasterize_forward, make_backward(True), make_backward(False)
+    return make_forward(True), make_forward(False), make_backward(True), make_backward(False)
 
 
 # Three resident 256-thread blocks per SM for the float32 kernels (at most 85 registers: the
@@ -350,8 +365,9 @@ def make_raster_kernels(float_t, warp_sum, warp_sum2, warp_sum8, launch_bounds=N
 # was the fastest on rows 3 and 4 and within 3% of the fastest on rows 1 and 2.
 LAUNCH_BOUNDS_F32 = (TILE_PIXELS, 3)
 
-# the backward with and without the depth image's gradient
-rasterize_forward_f32, rasterize_backward_f32, rasterize_backward_nodepth_f32 = make_raster_kernels(
-    wp.float32, warp_sum_f32, warp_sum2_f32, warp_sum8_f32, LAUNCH_BOUNDS_F32)
-rasterize_forward_f64, rasterize_backward_f64, rasterize_backward_nodepth_f64 = make_raster_kernels(
-    wp.float64, warp_sum_f64, warp_sum2_f64, warp_sum8_f64)
+# the forward with and without the depth image, the backward with and without its gradient
+(rasterize_forward_f32, rasterize_forward_nodepth_f32, rasterize_backward_f32,
+ rasterize_backward_nodepth_f32) = make_raster_kernels(wp.float32, warp_sum_f32, warp_sum2_f32, warp_sum8_f32,
+                                                       LAUNCH_BOUNDS_F32)
+(rasterize_forward_f64, rasterize_forward_nodepth_f64, rasterize_backward_f64,
+ rasterize_backward_nodepth_f64) = make_raster_kernels(wp.float64, warp_sum_f64, warp_sum2_f64, warp_sum8_f64)

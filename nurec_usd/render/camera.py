@@ -134,6 +134,9 @@ class RenderSettings:
     near: float = 0.01
     far: float = 1e4
     capacity: int | None = None  # intersections buffer; None: sized exactly (one host sync)
+    # the depth image (CameraRender.depth); without it the forward rasterizer leaves the depths
+    # out (about a tenth of its time on an H200) and the render's depth is None
+    depth: bool = True
 
 
 @dataclass
@@ -142,7 +145,8 @@ class CameraRender:
 
     rgb: torch.Tensor  # [C, H, W, 3]
     alpha: torch.Tensor  # [C, H, W]
-    depth: torch.Tensor  # [C, H, W] sum of w_i depth_i; divide by alpha for the expected depth
+    depth: torch.Tensor | None  # [C, H, W] sum of w_i depth_i (divide by alpha for the expected
+    # depth); None when rendered with RenderSettings(depth=False)
     means2d: torch.Tensor  # [C, N, 2] (no gradient; for densification statistics)
     radii: torch.Tensor  # [C, N] int32, 0 where culled
     intersections: torch.Tensor  # [1] int32 on the device: (camera, Gaussian, tile) pairs wanted
@@ -153,11 +157,13 @@ def _kernels(dtype: torch.dtype, pinhole_global: bool = False):
     if dtype == torch.float32:
         project = kproj.project_pinhole_global_f32 if pinhole_global else kproj.project_gaussians_f32
         return (project, kproj.sh_colors_f32, kbin.count_tiles_f32, kbin.emit_keys_f32,
-                kraster.rasterize_forward_f32, (kraster.rasterize_backward_f32, kraster.rasterize_backward_nodepth_f32))
+                (kraster.rasterize_forward_f32, kraster.rasterize_forward_nodepth_f32),
+                (kraster.rasterize_backward_f32, kraster.rasterize_backward_nodepth_f32))
     if dtype == torch.float64:
         project = kproj.project_pinhole_global_f64 if pinhole_global else kproj.project_gaussians_f64
         return (project, kproj.sh_colors_f64, kbin.count_tiles_f64, kbin.emit_keys_f64,
-                kraster.rasterize_forward_f64, (kraster.rasterize_backward_f64, kraster.rasterize_backward_nodepth_f64))
+                (kraster.rasterize_forward_f64, kraster.rasterize_forward_nodepth_f64),
+                (kraster.rasterize_backward_f64, kraster.rasterize_backward_nodepth_f64))
     raise ValueError(f"Gaussians must be float32 or float64, got {dtype}")
 
 
@@ -189,7 +195,8 @@ class _RenderCameras(torch.autograd.Function):
     def forward(ctx, means, quats, scales, opacities, sh, background, cams: CameraBatch, sh_degree: int,
                 settings: RenderSettings):
         dtype, device = means.dtype, means.device
-        project, sh_kernel, count_tiles, emit_keys, raster_fwd, _ = _kernels(dtype, cams.pinhole_global)
+        project, sh_kernel, count_tiles, emit_keys, (raster_fwd, raster_fwd_nodepth), _ = _kernels(
+            dtype, cams.pinhole_global)
         c, n = len(cams), means.shape[0]
         w, h = cams.width, cams.height
         tiles_x, tiles_y = math.ceil(w / kbin.TILE_SIZE), math.ceil(h / kbin.TILE_SIZE)
@@ -235,9 +242,9 @@ class _RenderCameras(torch.autograd.Function):
 
         rgb = torch.empty(c, h, w, 3, dtype=dtype, device=device)
         alpha = torch.empty(c, h, w, dtype=dtype, device=device)
-        depth = torch.empty(c, h, w, dtype=dtype, device=device)
+        depth = torch.empty(c, h, w, dtype=dtype, device=device) if settings.depth else None
         last = torch.empty(c, h, w, dtype=torch.int32, device=device)
-        launch(raster_fwd, [tiles],
+        launch(raster_fwd if settings.depth else raster_fwd_nodepth, [tiles],
                [ranges, values, *_per_splat((means2d, conics, colors, depths, opacities2d)), background, tiles_x,
                 tiles_x * tiles_y, w, h], [rgb, alpha, depth, last], device=wdev, block_dim=kraster.TILE_PIXELS,
                tiled=True)

@@ -49,6 +49,7 @@ class GraphedCameraRenderer:
         far: float = 1e4,
         capacity: int | None = None,  # intersections; None: those of ``cameras``' poses x headroom
         headroom: float = 1.5,
+        depth: bool = True,  # render the depth image (False: ``render(...).depth`` is None, faster)
     ):
         with torch.no_grad():
             # own copies: the graph reads fixed addresses
@@ -56,20 +57,23 @@ class GraphedCameraRenderer:
             self._background = None if background is None else background.detach().clone()
         self._sh_degree = sh_degree
         self._cameras = cameras.to(means.dtype)
-        self._near, self._far, self._headroom = float(near), float(far), float(headroom)
+        self._near, self._far, self._headroom, self._depth = float(near), float(far), float(headroom), bool(depth)
         self.device = means.device
         # poses as T_camera_world matrices, start and end of readout; render() writes them
         start = make_transform(quat_to_matrix(self._cameras.rot_start), self._cameras.trans_start)
         end = make_transform(quat_to_matrix(self._cameras.rot_end), self._cameras.trans_end)
         self._T_start, self._T_end = start.contiguous(), end.contiguous()
         if capacity is None:  # one host synchronisation, here
-            wanted = int(self._render(RenderSettings(near=self._near, far=self._far)).intersections)
+            wanted = int(self._render(self._settings(None)).intersections)
             capacity = int(wanted * self._headroom) + 1
         self.capacity = int(capacity)
         self._graph: torch.cuda.CUDAGraph | None = None
         self._out: CameraRender | None = None
         self._warp_capture = None  # Warp's record of the capture: frees the sort's scratch with it
         self._capture()
+
+    def _settings(self, capacity: int | None) -> RenderSettings:
+        return RenderSettings(near=self._near, far=self._far, capacity=capacity, depth=self._depth)
 
     def _render(self, settings: RenderSettings) -> CameraRender:
         """One forward render at the poses in the pose buffers (device work only: capturable)."""
@@ -88,7 +92,7 @@ class GraphedCameraRenderer:
     def _capture(self) -> None:
         if self.device.type != "cuda":
             return
-        settings = RenderSettings(near=self._near, far=self._far, capacity=self.capacity)
+        settings = self._settings(self.capacity)
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):  # warm up where the capture runs: kernels loaded, sort scratch sized
@@ -125,7 +129,7 @@ class GraphedCameraRenderer:
         self._T_start.copy_(T_camera_world_start)
         self._T_end.copy_(end)
         if self._graph is None:
-            return self._render(RenderSettings(near=self._near, far=self._far, capacity=self.capacity))
+            return self._render(self._settings(self.capacity))
         self._graph.replay()
         return self._out
 

@@ -38,7 +38,7 @@ class SceneCameraRender:
     """A camera render of a scene: the final image and the raw render it came from."""
 
     image: torch.Tensor  # [H, W, 3] Gaussians over the sky, exposure applied
-    raw: CameraRender  # Gaussians only (black background), [1, H, W, ...]
+    raw: CameraRender  # Gaussians only (black background), [1, H, W, ...]; no depth unless asked for
 
 
 @dataclass
@@ -51,6 +51,9 @@ class PlacedGaussians:
     opacities: torch.Tensor  # [N] (0 for actors outside their track's time range)
     sh: torch.Tensor  # [N, 16, 3]
     intensities: torch.Tensor  # [N]
+
+
+_IMAGE_ONLY = RenderSettings(depth=False)  # what a scene's camera image needs
 
 
 def track_keys(scene: Scene, device: torch.device | str) -> TrackKeys:
@@ -84,10 +87,14 @@ class SceneRenderer:
 
     def camera(self, view: CameraView, settings: RenderSettings | None = None,
                placed: PlacedGaussians | None = None) -> SceneCameraRender:
-        """Render one camera frame: Gaussians over the sky, then the camera's exposure."""
+        """Render one camera frame: Gaussians over the sky, then the camera's exposure.
+
+        ``settings`` default to ``RenderSettings(depth=False)``: the image needs no depth, and
+        the render is faster without it; pass settings with ``depth=True`` for ``raw.depth``.
+        """
         g = placed if placed is not None else self.place(view.time)
         raw = render_cameras(g.means, g.quats, g.scales, g.opacities, g.sh, view.batch,
-                             sh_degree=self.scene.sh_degree, settings=settings)
+                             sh_degree=self.scene.sh_degree, settings=settings or _IMAGE_ONLY)
         dirs = view.rays_camera @ view.R_world_camera.T  # [H, W, 3]
         image = raw.rgb[0] + (1.0 - raw.alpha[0])[..., None] * self.sky(dirs)
         exposure = self.scene.exposure[view.camera_index]

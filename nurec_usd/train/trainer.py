@@ -99,7 +99,7 @@ class Trainer:
     def _settings(self, step: int) -> tuple[RenderSettings | None, LidarRenderSettings | None]:
         if self.exact or step == 0:  # the first step sizes the buffers exactly (one sync)
             return None, None
-        cam = self.cam_capacity.settings()
+        cam = self.cam_capacity.settings(depth=False)  # the losses use no camera depth
         self.lidar_capacity.settings()
         return cam, LidarRenderSettings(capacity=self.lidar_capacity.capacity)
 

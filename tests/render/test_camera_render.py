@@ -102,12 +102,30 @@ def test_backward_matches_twin(dtype, rtol):
         assert err < rtol, f"{name}: relative gradient error {err:.2e} >= {rtol:.0e}"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_forward_without_depth_image_equals_the_full_forward(dtype):
+    """RenderSettings(depth=False): the forward that leaves the depths out renders the same colour
+    and alpha (the same sums in the same order), and no depth image."""
+    params = make_gaussians(300, dtype, seed=5)
+    cams = make_cameras(dtype)
+    full = render_cameras(*params, cams, sh_degree=3)
+    plain = render_cameras(*params, cams, sh_degree=3, settings=RenderSettings(depth=False))
+    assert plain.depth is None and full.depth is not None
+    for name in ("rgb", "alpha", "means2d", "radii", "intersections"):
+        assert torch.equal(getattr(plain, name), getattr(full, name)), name
+    assert full.alpha.mean() > 0.1
+
+
+@pytest.mark.parametrize("depth_image", [True, False])
 @pytest.mark.parametrize("dtype, rtol", [(torch.float32, 1e-4), (torch.float64, 1e-10)])
-def test_backward_without_depth_matches_twin(dtype, rtol):
-    """A loss without the depth image takes the backward that leaves the depth out."""
+def test_backward_without_depth_matches_twin(dtype, rtol, depth_image):
+    """A loss without the depth image takes the backward that leaves the depth out, after a
+    forward that rendered the depth image or one that did not."""
     params = [p.requires_grad_(True) for p in make_gaussians(300, dtype, seed=8)]
     cams = make_cameras(dtype)
-    ours, ref = _render_both(params, cams, 3, torch.tensor([0.1, 0.2, 0.3], dtype=dtype))
+    bg = torch.tensor([0.1, 0.2, 0.3], dtype=dtype)
+    ours = render_cameras(*params, cams, sh_degree=3, background=bg, settings=RenderSettings(depth=depth_image))
+    ref = render_cameras_reference(*params, cams, sh_degree=3, background=bg)
     g = torch.Generator().manual_seed(9)
     w_rgb = torch.randn(ours.rgb.shape, generator=g).to(dtype)
     w_alpha = torch.randn(ours.alpha.shape, generator=g).to(dtype)
@@ -130,7 +148,7 @@ def test_background_gradient_matches_twin_when_asked_for():
     torch.testing.assert_close(ours, ref, atol=1e-10, rtol=1e-10)
 
 
-def _gradcheck_render(cams: CameraBatch, seed: int, outputs) -> bool:
+def _gradcheck_render(cams: CameraBatch, seed: int, outputs, settings: RenderSettings | None = None) -> bool:
     """float64 gradcheck of the renderer on six Gaussians big enough to cover the small images;
     ``outputs(render, w)`` picks the images (weighted per camera) the loss uses."""
     params = make_gaussians(6, torch.float64, sh_dim=4, seed=seed, spread=0.4)
@@ -138,14 +156,16 @@ def _gradcheck_render(cams: CameraBatch, seed: int, outputs) -> bool:
     w = torch.randn(len(cams), H, W, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(seed + 1))
 
     def f(means, quats, scales, opacities, sh):
-        return outputs(render_cameras(means, quats, scales, opacities, sh, cams, sh_degree=1), w)
+        return outputs(render_cameras(means, quats, scales, opacities, sh, cams, sh_degree=1, settings=settings), w)
 
     inputs = [p.clone().requires_grad_(True) for p in params]
     return torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
 
 
-def test_gradcheck_float64_without_depth():
-    assert _gradcheck_render(make_cameras(torch.float64), 10, lambda out, w: (out.rgb * w).sum(dim=(1, 2, 3)))
+@pytest.mark.parametrize("depth_image", [True, False])
+def test_gradcheck_float64_without_depth(depth_image):
+    assert _gradcheck_render(make_cameras(torch.float64), 10, lambda out, w: (out.rgb * w).sum(dim=(1, 2, 3)),
+                             RenderSettings(depth=depth_image))
 
 
 def test_gradcheck_float64():

@@ -58,6 +58,17 @@ def test_renders_match_render_cameras_at_each_pose(sh_degree):
         assert ours.alpha.max() > 0.5  # the poses still see the Gaussians
 
 
+def test_without_depth_image_renders_colour_and_alpha_only():
+    params = make_gaussians(200, torch.float32, seed=3)
+    cams = make_cameras(torch.float32, moving=True)
+    full = GraphedCameraRenderer(*params, cams, sh_degree=3)
+    plain = GraphedCameraRenderer(*params, cams, sh_degree=3, depth=False, capacity=full.capacity)
+    start, end = _poses(cams)
+    a, b = full.render(start, end), plain.render(start, end)
+    assert a.depth is not None and b.depth is None
+    assert torch.equal(a.rgb, b.rgb) and torch.equal(a.alpha, b.alpha)
+
+
 def test_gaussians_are_copied_and_global_shutters_take_one_pose():
     params = make_gaussians(200, torch.float32)
     cams = make_cameras(torch.float32, moving=False)

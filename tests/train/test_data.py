@@ -66,5 +66,7 @@ def test_lens_mask_covers_exactly_the_imaged_circle():
     scene = Scene(g, g, torch.zeros(0, dtype=torch.int32), [], torch.zeros(3, 4, 16),
                   [c.id for c in data.cameras], torch.zeros(len(data.cameras), 6))
     ref = next(f for f in data.frames if data.cameras[f.camera].id == "right_ftheta")
-    image = SceneRenderer(scene).camera(data.camera_view(ref)).image
+    out = SceneRenderer(scene).camera(data.camera_view(ref))
+    assert out.raw.depth is None  # a scene's camera image is rendered without the depth image
+    image = out.image
     assert float(image[~m].abs().max()) == 0.0 and float(image[m].min()) > 0.4  # sky (sigmoid 0 = 0.5) inside
