@@ -71,16 +71,19 @@ def check_against_twin(device: torch.device, n: int) -> bool:
             out = render_lidar(*leaves, lidar, settings=LidarRenderSettings(chunk=chunk))
             ref = render_lidar_reference(*leaves, lidar)
             g = torch.Generator(device=device).manual_seed(0)
-            w = [torch.randn(out.hit_prob.shape, generator=g, device=device, dtype=dtype) for _ in FIELDS]
-            loss = sum((getattr(out, f) * wi).sum() for f, wi in zip(FIELDS, w))
-            loss_ref = sum((ref[f] * wi).sum() for f, wi in zip(FIELDS, w))
+            # the sums, the hit probability and the median, and the expected range and intensity
+            # (the merge's divisions and their gradients, lidar_output_grads)
+            fields = FIELDS + ("range", "intensity")
+            w = [torch.randn(out.hit_prob.shape, generator=g, device=device, dtype=dtype) for _ in fields]
+            loss = sum((getattr(out, f) * wi).sum() for f, wi in zip(fields, w))
+            loss_ref = sum((ref[f] * wi).sum() for f, wi in zip(fields, w))
             grads = torch.autograd.grad(loss, leaves)
             grads_ref = torch.autograd.grad(loss_ref, leaves)
             # ranges are tens of metres: compare relative to the largest value. The median range is
             # discrete (which Gaussian takes T across 0.5): with float32 rounding (fast-math exp on
             # CUDA) a ray on the fence may pick a neighbour, so count the rays that disagree instead
-            fwd = max(float((getattr(out, f) - ref[f]).abs().max().detach() / ref[f].abs().max().clamp_min(1))
-                      for f in FIELDS[:3])
+            fwd = max(float(((getattr(out, f) - ref[f]).abs().max() / ref[f].abs().max().clamp_min(1)).detach())
+                      for f in FIELDS[:3] + ("range", "intensity"))
             off = float(((out.median_range - ref["median_range"]).abs() > 1e-3).double().mean())
             line = (f"{str(dtype):14s} chunk={str(chunk):4s} n={n}: max relative |out - twin| = {fwd:.1e}, "
                     f"median ranges off by > 1 mm: {100 * off:.3f}%; grads")

@@ -35,15 +35,18 @@ walks back from its own furthest ray). A tile cut into several chunks gives the 
    earlier, and the chunk contributes nothing (it writes T = -1 as "stopped before").
    It writes its partial sums, its final T and its last composited index per ray, and the
    median Gaussian's index where T crosses 0.5 (in exactly one chunk, or none).
-3. ``lidar_merge``: one thread per ray sums its tile's chunk partials.
+3. ``lidar_merge``: one thread per ray sums its tile's chunk partials, and writes the
+   expected range and intensity (the sums over the hit probability).
 
 The backward walks each chunk back to front (as the camera's does), starting from the
 chunk's final T and from the sums of the chunks behind it, and on CUDA sums each
 Gaussian's eight gradients over the 32 rays of a warp with one transposed butterfly
 (``warp_sum8``: 9 shuffles) before one atomic instruction adds them.
-The median range passes its gradient to the median Gaussian's range (which Gaussian is
-chosen is piecewise constant: no gradient); that needs no walk, so the wrapper adds it
-(one scatter-add per ray) and the backward kernel holds no median state. The module is
+Before it, ``lidar_output_grads`` (one thread per ray) turns the gradients of the
+expected range and intensity into gradients of the sums and the hit probability, and passes
+the median range's gradient to the median Gaussian's range (which Gaussian is chosen is
+piecewise constant: no gradient), so the walk holds no median state. (The same in torch
+ops, a dozen small kernels and autograd nodes per render, was host time.) The module is
 compiled without Warp's generated adjoint: the compositing loops have run-time trip counts.
 """
 
@@ -138,11 +141,11 @@ def ray_of(tile: int, lane: int, tile_band: wp.array(dtype=int), band_i: wp.arra
 
 
 def make_raster_kernels(float_t, warp_sum8, launch_bounds):
-    """The four rasterization kernels for one float type.
+    """The five rasterization kernels for one float type.
 
     Launched tiled: ``wp.launch_tiled(dim=[max_items], block_dim=TILE_RAYS)`` for the
     per-item kernels (blocks past the device-side item count return at once), and
-    ``wp.launch(dim=(C, W))`` for the merge.
+    ``wp.launch(dim=(C, W))`` for the merge and the output gradients.
     """
     module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
     vec2 = wp.types.vector(2, float_t)
@@ -325,12 +328,15 @@ def make_raster_kernels(float_t, warp_sum8, launch_bounds):
         part_int: wp.array2d(dtype=float_t),  # [I, TILE_RAYS]
         median_id: wp.array2d(dtype=wp.int32),  # [C, W]
         splats: wp.array(dtype=vec8),  # [N]
+        min_hit: float_t,  # rays with hit <= min_hit report range and intensity 0
         # outputs, [C, W] in the lidar's own channel order
         out_range_sum: wp.array2d(dtype=float_t),
         out_int_sum: wp.array2d(dtype=float_t),
         out_hit: wp.array2d(dtype=float_t),
         out_T: wp.array2d(dtype=float_t),
         out_median: wp.array2d(dtype=float_t),
+        out_range: wp.array2d(dtype=float_t),  # range_sum / hit
+        out_intensity: wp.array2d(dtype=float_t),  # intensity_sum / hit
     ):
         c, k = wp.tid()
         slot = channel_rank[c]
@@ -348,15 +354,73 @@ def make_raster_kernels(float_t, warp_sum8, launch_bounds):
             tm = part_T[ti[0] + m, lane]
             if tm >= float_t(0.0):
                 T = tm
+        hit = float_t(1.0) - T
         out_range_sum[c, k] = rng
         out_int_sum[c, k] = inten
-        out_hit[c, k] = float_t(1.0) - T
+        out_hit[c, k] = hit
         out_T[c, k] = T
         med = median_id[c, k]
         if med >= 0:
             out_median[c, k] = splats[med][5]
         else:
             out_median[c, k] = float_t(0.0)
+        if hit > min_hit:
+            out_range[c, k] = rng / hit
+            out_intensity[c, k] = inten / hit
+        else:
+            out_range[c, k] = float_t(0.0)
+            out_intensity[c, k] = float_t(0.0)
+
+    @wp.kernel(module=module)
+    def lidar_output_grads(
+        range_sum: wp.array2d(dtype=float_t),  # [C, W] the forward's outputs
+        int_sum: wp.array2d(dtype=float_t),  # [C, W]
+        out_T: wp.array2d(dtype=float_t),  # [C, W] final transmittance: hit = 1 - T
+        median_id: wp.array2d(dtype=wp.int32),  # [C, W] the median Gaussian (-1: none)
+        min_hit: float_t,
+        # dL / d each output [C, W]; an empty array where the output has no gradient
+        g_range_sum: wp.array2d(dtype=float_t),
+        g_int_sum: wp.array2d(dtype=float_t),
+        g_hit: wp.array2d(dtype=float_t),
+        g_median: wp.array2d(dtype=float_t),
+        g_range: wp.array2d(dtype=float_t),
+        g_intensity: wp.array2d(dtype=float_t),
+        # outputs: dL / d (range_sum, intensity_sum, hit) in full, the backward walk's inputs
+        grad_range_sum: wp.array2d(dtype=float_t),
+        grad_int_sum: wp.array2d(dtype=float_t),
+        grad_hit: wp.array2d(dtype=float_t),
+        grad_splats: wp.array(dtype=float_t),  # [8 N] zero-initialised: the median's range gradient added
+    ):
+        c, k = wp.tid()
+        grs = float_t(0.0)
+        gis = float_t(0.0)
+        gh = float_t(0.0)
+        if g_range_sum.shape[0] > 0:
+            grs = g_range_sum[c, k]
+        if g_int_sum.shape[0] > 0:
+            gis = g_int_sum[c, k]
+        if g_hit.shape[0] > 0:
+            gh = g_hit[c, k]
+        # range = range_sum / hit and intensity = intensity_sum / hit where hit > min_hit, else 0
+        hit = float_t(1.0) - out_T[c, k]
+        if hit > min_hit:
+            gr = float_t(0.0)
+            gi = float_t(0.0)
+            if g_range.shape[0] > 0:
+                gr = g_range[c, k]
+            if g_intensity.shape[0] > 0:
+                gi = g_intensity[c, k]
+            grs += gr / hit
+            gis += gi / hit
+            gh -= (gr * range_sum[c, k] + gi * int_sum[c, k]) / (hit * hit)
+        grad_range_sum[c, k] = grs
+        grad_int_sum[c, k] = gis
+        grad_hit[c, k] = gh
+        # the median range is the median Gaussian's range (which one is piecewise constant)
+        if g_median.shape[0] > 0:
+            med = median_id[c, k]
+            if med >= 0:
+                wp.atomic_add(grad_splats, 8 * med + 5, g_median[c, k])
 
     @wp.kernel(module=module, launch_bounds=launch_bounds, grid_stride=False)
     def lidar_backward(
@@ -465,10 +529,10 @@ def make_raster_kernels(float_t, warp_sum8, launch_bounds):
                             for f in range(8):
                                 wp.atomic_add(grad_splats, i * 8 + f, d[f])
 
-    return chunk_transmittance, lidar_forward, lidar_merge, lidar_backward
+    return chunk_transmittance, lidar_forward, lidar_merge, lidar_output_grads, lidar_backward
 
 
-(chunk_transmittance_f32, lidar_forward_f32, lidar_merge_f32,
+(chunk_transmittance_f32, lidar_forward_f32, lidar_merge_f32, lidar_output_grads_f32,
  lidar_backward_f32) = make_raster_kernels(wp.float32, warp_sum8_f32, LAUNCH_BOUNDS_F32)
-(chunk_transmittance_f64, lidar_forward_f64, lidar_merge_f64,
+(chunk_transmittance_f64, lidar_forward_f64, lidar_merge_f64, lidar_output_grads_f64,
  lidar_backward_f64) = make_raster_kernels(wp.float64, warp_sum8_f64, None)

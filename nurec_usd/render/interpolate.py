@@ -297,18 +297,22 @@ class _InterpolateGaussians(torch.autograd.Function):
         ctx.poses = poses  # made here, not an output: no reference cycle
         ctx.tracks = tracks
         ctx.num_static = static_means.shape[0]
+        # An output without a gradient arrives as None: autograd would otherwise fill zeros for
+        # it (the visibility, one value per Gaussian, never has one).
+        ctx.set_materialize_grads(False)
         return out_means, out_quats, out_vis
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, g_means: torch.Tensor, g_quats: torch.Tensor, _g_vis: torch.Tensor):
+    def backward(ctx, g_means: torch.Tensor | None, g_quats: torch.Tensor | None, _g_vis: None):
         t, actor_means, actor_quats, corr_t, corr_w, actor_index = ctx.saved_tensors
         tracks: TrackKeys = ctx.tracks
         Ns, Na, A = ctx.num_static, actor_means.shape[0], tracks.num_actors
         need = ctx.needs_input_grad
         dtype, device = actor_means.dtype, actor_means.device
-        g_means = g_means.contiguous()
-        g_quats = g_quats.contiguous()
+        # one of the two unused by the loss (None): zeros for the kernel (a rare case)
+        g_means = torch.zeros(Ns + Na, 3, dtype=dtype, device=device) if g_means is None else g_means.contiguous()
+        g_quats = torch.zeros(Ns + Na, 4, dtype=dtype, device=device) if g_quats is None else g_quats.contiguous()
 
         # Static Gaussians: the identity, so their gradients are views of the incoming ones.
         g_static_means = g_means[:Ns] if need[0] else None

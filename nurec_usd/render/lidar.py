@@ -422,7 +422,8 @@ def _kernels(dtype: torch.dtype) -> dict:
             "count": getattr(kbin, f"count_tiles_{s}"),
             "emit": getattr(kbin, f"emit_keys_{s}"), "masks": getattr(kbin, f"warp_masks_{s}"),
             "trans": getattr(kraster, f"chunk_transmittance_{s}"), "fwd": getattr(kraster, f"lidar_forward_{s}"),
-            "merge": getattr(kraster, f"lidar_merge_{s}"), "bwd": getattr(kraster, f"lidar_backward_{s}")}
+            "merge": getattr(kraster, f"lidar_merge_{s}"), "out_grads": getattr(kraster, f"lidar_output_grads_{s}"),
+            "bwd": getattr(kraster, f"lidar_backward_{s}")}
 
 
 
@@ -576,6 +577,7 @@ class _RenderLidar(torch.autograd.Function):
         hit = torch.empty(C, W, dtype=dtype, device=device)
         T_final = torch.empty(C, W, dtype=dtype, device=device)
         median = torch.empty(C, W, dtype=dtype, device=device)
+        range_, intensity = torch.empty(C, W, dtype=dtype, device=device), torch.empty(C, W, dtype=dtype, device=device)
         wdev = warp_device(device)
         layout = [items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W, values,
                   splats, bins.warp_masks]
@@ -583,42 +585,45 @@ class _RenderLidar(torch.autograd.Function):
         launch(k["fwd"], [max_items], layout + [chunk_P], [part_T, part_range, part_int, part_last, median_id],
                device=wdev, block_dim=TILE_RAYS, tiled=True)
         launch(k["merge"], (C, W), [tile_items, tiles.channel_rank, tiles.slot_band, tiles.band_i, part_T,
-                                    part_range, part_int, median_id, splats],
-               [range_sum, int_sum, hit, T_final, median], device=wdev, block_dim=TILE_RAYS)
+                                    part_range, part_int, median_id, splats, float(settings.min_hit)],
+               [range_sum, int_sum, hit, T_final, median, range_, intensity], device=wdev, block_dim=TILE_RAYS)
 
         ctx.save_for_backward(means, quats, scales, opacities, intensities, splats, values, bins.warp_masks, items,
-                              num_items, tile_items, part_T, part_range, part_int, part_last, median_id, T_final)
-        ctx.lidar, ctx.channel_f = lidar, channel_f
+                              num_items, tile_items, part_T, part_range, part_int, part_last, median_id, T_final,
+                              range_sum, int_sum)
+        ctx.lidar, ctx.channel_f, ctx.min_hit = lidar, channel_f, float(settings.min_hit)
         ctx.mark_non_differentiable(splats, extents, total, overflow, ranges, items, num_items)
-        return range_sum, int_sum, hit, median, splats, extents, total, overflow, ranges, items, num_items
+        # Outputs without a gradient arrive as None, not as zeros: autograd would otherwise fill
+        # one tensor per output, the Gaussian-sized records and extents included.
+        ctx.set_materialize_grads(False)
+        return (range_sum, int_sum, hit, median, range_, intensity, splats, extents, total, overflow, ranges, items,
+                num_items)
 
     @staticmethod
-    def backward(ctx, g_range_sum, g_int_sum, g_hit, g_median, *_):
+    def backward(ctx, g_range_sum, g_int_sum, g_hit, g_median, g_range, g_intensity, *_):
         (means, quats, scales, opacities, intensities, splats, values, warp_masks, items, num_items, tile_items,
-         part_T, part_range, part_int, part_last, median_id, T_final) = ctx.saved_tensors
+         part_T, part_range, part_int, part_last, median_id, T_final, range_sum, int_sum) = ctx.saved_tensors
         lidar, channel_f = ctx.lidar, ctx.channel_f
         dtype, device = means.dtype, means.device
         k = _kernels(dtype)
         C, W = lidar.channels, lidar.columns
         tiles = lidar.tiles
-
-        def grad_or_zeros(g):
-            return torch.zeros(C, W, dtype=dtype, device=device) if g is None else g.contiguous()
-
-        grads = [grad_or_zeros(g) for g in (g_range_sum, g_int_sum, g_hit, g_median)]
+        wdev = warp_device(device)
+        # dL / d (range_sum, intensity_sum, hit) in full (through the expected range and
+        # intensity too), and the median range's gradient on its Gaussian's record
+        grads = [torch.empty(C, W, dtype=dtype, device=device) for _ in range(3)]
         g_splats = torch.zeros_like(splats)
+        given = [None if g is None else g.contiguous() for g in (g_range_sum, g_int_sum, g_hit, g_median, g_range,
+                                                                    g_intensity)]
+        launch(k["out_grads"], (C, W), [range_sum, int_sum, T_final, median_id, ctx.min_hit, *given],
+               [*grads, g_splats.view(-1)], device=wdev)
         n = means.shape[0]
-        if n:  # the median range is the median Gaussian's range: its gradient goes there, no walk needed
-            has_median = median_id >= 0
-            g_splats[:, 5].index_add_(0, torch.where(has_median, median_id, 0).reshape(-1).long(),
-                                      torch.where(has_median, grads[3], 0).reshape(-1))
         # the projection's backward writes every Gaussian's gradient
         g_means, g_quats, g_scales = torch.empty_like(means), torch.empty_like(quats), torch.empty_like(scales)
         g_opacities, g_intensities = torch.empty_like(opacities), torch.empty_like(intensities)
-        wdev = warp_device(device)
         launch(k["bwd"], [items.shape[0]],
                [items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W, values, splats,
-                warp_masks, tile_items, part_T, part_range, part_int, part_last, T_final, *grads[:3]],
+                warp_masks, tile_items, part_T, part_range, part_int, part_last, T_final, *grads],
                [g_splats.view(-1)], device=wdev, block_dim=TILE_RAYS, tiled=True)
         if n:  # the projection's hand-written backward, fed the records' gradients
             lo, hi = lidar.elevation_clamp
@@ -666,14 +671,10 @@ def render_lidar(
     if settings.chunk is not None and settings.chunk < 1:
         raise ValueError(f"settings.chunk must be a positive int or None, got {settings.chunk}")
     lid = lidar.to(dtype) if lidar.dtype != dtype else lidar  # (a batch made in the Gaussians' dtype skips this)
-    (range_sum, int_sum, hit, median, splats, extents, total, overflow, ranges, items,
+    (range_sum, int_sum, hit, median, range_, intensity, splats, extents, total, overflow, ranges, items,
      num_items) = _apply_render_lidar(means.contiguous(), quats.contiguous(), scales.contiguous(),
                                          opacities.contiguous(), intensities.contiguous(), lid, settings)
-    seen = hit > settings.min_hit
-    denom = torch.where(seen, hit, torch.ones_like(hit))
-    zero = torch.zeros_like(hit)
-    return LidarRender(range=torch.where(seen, range_sum / denom, zero), hit_prob=hit,
-                       intensity=torch.where(seen, int_sum / denom, zero), median_range=median,
+    return LidarRender(range=range_, hit_prob=hit, intensity=intensity, median_range=median,
                        range_sum=range_sum, intensity_sum=int_sum, angles=splats[:, :2], extents=extents,
                        intersections=total, overflow=overflow, tile_ranges=ranges, work_items=items,
                        num_items=num_items)

@@ -323,6 +323,27 @@ def test_backward_only_what_is_asked():
     torch.testing.assert_close(grad, ref, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("used", ["means", "quats"])
+def test_backward_with_one_output_unused(used):
+    """A loss of one output only: the other's gradient arrives as None (not materialised)."""
+    tracks = make_tracks(torch.float32)
+    g = make_gaussians(tracks, ns=6, per_actor=8, dtype=torch.float32)
+    inputs = _leaf_inputs(tracks, g, make_corrections(tracks), time(tracks, 2.25))
+    leaves = [inputs[k] for k in GRAD_NAMES] + list(inputs["pose_corrections"])
+
+    def run(fn):
+        means, quats, _ = fn(**inputs)
+        out = means if used == "means" else quats
+        weights = torch.linspace(-1.0, 1.0, out.numel()).view(out.shape)
+        return torch.autograd.grad((out * weights).sum(), leaves, allow_unused=True)
+
+    for x, y in zip(run(interpolate_gaussians), run(interpolate_gaussians_reference)):
+        if y is None or not bool(y.abs().sum() > 0):
+            assert x is None or not bool(x.abs().sum() > 0)
+        else:
+            assert (x - y).abs().max() / y.abs().max() < 1e-4
+
+
 def test_without_gradients_no_graph_and_the_same_values():
     """Under no_grad, or when no input needs a gradient, the outputs carry no autograd node and
     equal those of a differentiable call."""

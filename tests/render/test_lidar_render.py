@@ -112,7 +112,8 @@ def test_backward_matches_twin(dtype, rtol, chunk):
 
 
 def test_normalised_outputs_backward():
-    """range and intensity (sums over hit probability) differentiate through the torch division."""
+    """range and intensity (the sums over the hit probability, written by the merge kernel) pass
+    their gradients to the sums and the hit probability (``lidar_output_grads``)."""
     lidar = make_lidar(torch.float64)
     params = [p.requires_grad_(True) for p in make_gaussians(100, torch.float64)]
     out = render_lidar(*params, lidar)
@@ -128,11 +129,11 @@ def test_gradcheck_float64():
     lidar = make_lidar(torch.float64, channels=8, columns=64, band_rows=4)
     params = make_gaussians(5, torch.float64, seed=3, near=3.0, far=5.0, size=0.6)
     g = torch.Generator().manual_seed(2)
-    weights = [torch.randn(8, 64, generator=g, dtype=torch.float64) for _ in FIELDS]
+    weights = [torch.randn(8, 64, generator=g, dtype=torch.float64) for _ in range(len(FIELDS) + 2)]
 
     def f(means, quats, scales, opacities, intensities):
         out = render_lidar(means, quats, scales, opacities, intensities, lidar)
-        return tuple((getattr(out, name) * w).sum() for name, w in zip(FIELDS, weights))
+        return tuple((getattr(out, name) * w).sum() for name, w in zip(FIELDS + ("range", "intensity"), weights))
 
     inputs = [p.clone().requires_grad_(True) for p in params]
     assert render_lidar(*params, lidar).hit_prob.gt(0.05).float().mean() > 0.1
