@@ -371,6 +371,14 @@ def make_raster_kernels(float_t, warp_sum8, launch_bounds):
             out_range[c, k] = float_t(0.0)
             out_intensity[c, k] = float_t(0.0)
 
+    @wp.func(module=module)
+    def grad_at(g: wp.array2d(dtype=float_t), c: int, k: int):
+        """g[c, k], or 0 where the output has no gradient (an empty array)."""
+        v = float_t(0.0)
+        if g.shape[0] > 0:
+            v = g[c, k]
+        return v
+
     @wp.kernel(module=module)
     def lidar_output_grads(
         range_sum: wp.array2d(dtype=float_t),  # [C, W] the forward's outputs
@@ -392,24 +400,14 @@ def make_raster_kernels(float_t, warp_sum8, launch_bounds):
         grad_splats: wp.array(dtype=float_t),  # [8 N] zero-initialised: the median's range gradient added
     ):
         c, k = wp.tid()
-        grs = float_t(0.0)
-        gis = float_t(0.0)
-        gh = float_t(0.0)
-        if g_range_sum.shape[0] > 0:
-            grs = g_range_sum[c, k]
-        if g_int_sum.shape[0] > 0:
-            gis = g_int_sum[c, k]
-        if g_hit.shape[0] > 0:
-            gh = g_hit[c, k]
+        grs = grad_at(g_range_sum, c, k)
+        gis = grad_at(g_int_sum, c, k)
+        gh = grad_at(g_hit, c, k)
         # range = range_sum / hit and intensity = intensity_sum / hit where hit > min_hit, else 0
         hit = float_t(1.0) - out_T[c, k]
         if hit > min_hit:
-            gr = float_t(0.0)
-            gi = float_t(0.0)
-            if g_range.shape[0] > 0:
-                gr = g_range[c, k]
-            if g_intensity.shape[0] > 0:
-                gi = g_intensity[c, k]
+            gr = grad_at(g_range, c, k)
+            gi = grad_at(g_intensity, c, k)
             grs += gr / hit
             gis += gi / hit
             gh -= (gr * range_sum[c, k] + gi * int_sum[c, k]) / (hit * hit)
