@@ -79,6 +79,7 @@ def run_graphed(dtype, n: int, depth: bool = True) -> bool:
                                                                e.cpu(), SHUTTERS), device),
                                sh_degree=3, settings=RenderSettings(capacity=renderer.capacity))
         if not depth and ours.depth is not None:
+            print(f"{str(dtype):14s} n={n}: a replay without the depth image returned one")
             return False
         worst = max(worst, (ours.rgb - eager.rgb).abs().max().item(), (ours.alpha - eager.alpha).abs().max().item())
     print(f"{str(dtype):14s} n={n}, depth {depth}: graph replay against eager render, max |difference| = "
