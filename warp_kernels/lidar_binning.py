@@ -19,7 +19,10 @@ and the first column) is emitted into the tiles at both ends, once each. The sor
 a 32-bit int, ``tile << range_bits | quantised range`` (range_bits = 31 - tile bits, at
 least 16, so a quantum is at most max_range / 65536): a 32-bit key sorts in fewer radix
 passes and half the bytes of the camera's 64-bit keys, and Gaussians closer than a quantum
-keep their index order (the sort is stable, and keys are emitted in Gaussian order).
+keep their index order (the sort is stable, and keys are emitted in Gaussian order). The
+fills the binning needs ride along with its kernels rather than taking launches of their own
+(each is host time): ``count_tiles`` zeroes the tile ranges, and ``emit_keys`` writes the
+total and pads the key slots past it.
 
 Warp masks. A rasterizer block's 256 rays are 8 CUDA warps, each a small box of rays in
 (azimuth, elevation) (``warp_rect``, built on the host). ``warp_masks`` marks, per sorted
@@ -161,8 +164,12 @@ def make_binning_kernels(float_t):
         band_f: wp.array(dtype=vec4),  # [B] (elev lo, elev hi, s*offset lo, s*offset hi)
         columns: int,
         counts: wp.array(dtype=wp.int32),  # [N] out
+        ranges: wp.array2d(dtype=wp.int32),  # [T, 2] out: zeroed, for tile_ranges (no fill of its own)
     ):
         i = wp.tid()
+        for r in range(i, ranges.shape[0], extents.shape[0]):
+            ranges[r, 0] = 0
+            ranges[r, 1] = 0
         ext = extents[i]
         count = int(0)
         if ext[0] > float_t(0.0):
@@ -191,13 +198,17 @@ def make_binning_kernels(float_t):
         range_bits: int,
         range_scale: float_t,  # 2^range_bits / max_range
         capacity: int,
-        keys: wp.array(dtype=wp.int32),  # [>= capacity] out: tile << range_bits | quantised range
-        values: wp.array(dtype=wp.int32),  # [>= capacity] out: Gaussian index
+        keys: wp.array(dtype=wp.int32),  # [>= capacity] out: tile << range_bits | quantised range;
+        # slots [total, capacity) get KEY_PAD, so that the fixed-size sort leaves them last
+        values: wp.array(dtype=wp.int32),  # [>= capacity] out: Gaussian index (slots past the total unwritten)
         total: wp.array(dtype=wp.int32),  # [1] out: intersections wanted (may exceed capacity)
     ):
         i = wp.tid()
-        if i == extents.shape[0] - 1:
+        n = extents.shape[0]
+        if i == n - 1:
             total[0] = offsets[i]  # the scan's last entry: all intersections
+        for p in range(offsets[n - 1] + i, capacity, n):
+            keys[p] = KEY_PAD
         ext = extents[i]
         if ext[0] <= float_t(0.0):
             return
@@ -263,20 +274,12 @@ count_tiles_f64, emit_keys_f64, warp_masks_f64 = make_binning_kernels(wp.float64
 
 
 @wp.kernel
-def pad_keys(keys: wp.array(dtype=wp.int32), total: wp.array(dtype=wp.int32), capacity: int):
-    """Fill keys[total:capacity] with KEY_PAD so that a fixed-size sort leaves them last."""
-    k = wp.tid()
-    if k >= total[0] and k < capacity:
-        keys[k] = KEY_PAD
-
-
-@wp.kernel
 def tile_ranges(
     keys: wp.array(dtype=wp.int32),  # [M] sorted
     total: wp.array(dtype=wp.int32),  # [1] intersections wanted (clamped to the capacity here)
     capacity: int,
     range_bits: int,
-    ranges: wp.array2d(dtype=wp.int32),  # [T, 2] out, zero-initialised: [start, end) of each tile
+    ranges: wp.array2d(dtype=wp.int32),  # [T, 2] out, zeroed by count_tiles: [start, end) of each tile
     overflow: wp.array(dtype=wp.bool),  # [1] out: more intersections wanted than the capacity
 ):
     k = wp.tid()

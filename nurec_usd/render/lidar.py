@@ -407,7 +407,7 @@ class LidarRender:
     intersections: torch.Tensor  # [1] int32 on the device: (tile, Gaussian) pairs wanted
     overflow: torch.Tensor  # [1] bool on the device: more intersections than the capacity
     tile_ranges: torch.Tensor  # [T, 2] int32: each tile's slice of the sorted list (work statistics)
-    work_items: torch.Tensor  # [I, 4] int32: (tile, start, end, chunk) of each rasterizer block
+    work_items: torch.Tensor  # [I, 4] int32: (tile, start, end, chunk) of each rasterizer block (rows < num_items)
     num_items: torch.Tensor  # [1] int32 on the device: valid rows of work_items
 
 
@@ -480,11 +480,18 @@ def bin_lidar(
     extents = torch.empty(n, 2, dtype=dtype, device=device)
     counts = torch.empty(n, dtype=torch.int32, device=device)
     offsets = torch.empty(n, dtype=torch.int32, device=device)
-    total = torch.zeros(1, dtype=torch.int32, device=device)
+    # No fills where a kernel writes anyway (each is host time): the key emission writes the
+    # total and pads the keys past it, the tile count zeroes the tile ranges; only the sorted
+    # entries below the total, and the work items below their count, are ever read.
+    total = torch.empty(1, dtype=torch.int32, device=device)
+    ranges = torch.empty(T, 2, dtype=torch.int32, device=device)
+    if not n:  # (the kernels that write these do not run)
+        total.zero_()
+        ranges.zero_()
     wdev = warp_device(device)
     launch(k["project"], n, _project_args(means, quats, scales, opacities, intensities, lidar),
            [splats, extents], device=wdev)
-    launch(k["count"], n, [splats, extents, tiles.band_i, band_f, W], [counts], device=wdev)
+    launch(k["count"], n, [splats, extents, tiles.band_i, band_f, W], [counts, ranges], device=wdev)
     if n:
         torch.cumsum(counts, 0, dtype=torch.int32, out=offsets)
     capacity = settings.capacity
@@ -495,19 +502,17 @@ def bin_lidar(
     chunk_of_mean = kbin.CHUNK_OF_MEAN["cuda" if device.type == "cuda" else "cpu"]
     max_items = kbin.max_work_items(T, capacity, fixed_chunk, chunk_of_mean)
     keys = torch.empty(2 * capacity, dtype=torch.int32, device=device)
-    ids = torch.zeros(2 * capacity, dtype=torch.int32, device=device)
-    ranges = torch.zeros(T, 2, dtype=torch.int32, device=device)
+    ids = torch.empty(2 * capacity, dtype=torch.int32, device=device)
     masks = torch.empty(capacity, dtype=torch.int32, device=device)
     item_counts = torch.empty(T, dtype=torch.int32, device=device)
     item_offsets = torch.empty(T, dtype=torch.int32, device=device)
     chunk = torch.empty(1, dtype=torch.int32, device=device)
-    items = torch.zeros(max_items, 4, dtype=torch.int32, device=device)
+    items = torch.empty(max_items, 4, dtype=torch.int32, device=device)
     tile_items = torch.empty(T, 2, dtype=torch.int32, device=device)
-    num_items = torch.zeros(1, dtype=torch.int32, device=device)
+    num_items = torch.empty(1, dtype=torch.int32, device=device)
     if n:
         launch(k["emit"], n, [splats, extents, tiles.band_i, band_f, W, offsets, counts, rb,
                               float(1 << rb) / lidar.max_range, capacity], [keys, ids, total], device=wdev)
-    launch(kbin.pad_keys, capacity, [keys, total, capacity], device=wdev)
     wp.utils.radix_sort_pairs(warp_view(keys), warp_view(ids), capacity, end_bit=31)
     overflow = torch.empty(1, dtype=torch.bool, device=device)
     launch(kbin.tile_ranges, capacity, [keys, total, capacity, rb], [ranges, overflow], device=wdev)

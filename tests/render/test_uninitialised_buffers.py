@@ -4,7 +4,8 @@ Their scratch buffers come from ``torch.empty``: only what the kernels write is 
 forward, for one, leaves a culled splat's rows unwritten). On the CPU a fresh allocation is
 often zero-filled by the system, which would hide a read of an unwritten row. Here every
 ``torch.empty`` / ``torch.empty_like`` of the call is filled with poison first (NaN for floats;
-for integers a small valid index, so that a stray read gives a wrong result rather than a crash),
+for integers small valid indices that differ from slot to slot, so that a stray read gives a
+wrong result rather than a crash, and an unwritten [start, end) pair is not empty),
 and the outputs and gradients must equal those of an ordinary call exactly.
 """
 
@@ -23,7 +24,9 @@ from test_interpolate import make_gaussians as interp_gaussians
 from test_lidar_render import make_lidar
 from test_lidar_render import make_gaussians as lidar_gaussians
 
-_POISON_INT = 3  # an index into every array here: a stray read is wrong, not out of bounds
+# Integers: 1, 2, .., _POISON_INTS, 1, 2, .. (indices into every array here: a stray read is
+# wrong, not out of bounds). Not one value: an unwritten [start, end) pair must not look empty.
+_POISON_INTS = 5
 
 
 def _poison(t: torch.Tensor) -> torch.Tensor:
@@ -32,7 +35,8 @@ def _poison(t: torch.Tensor) -> torch.Tensor:
     if t.dtype == torch.bool:
         return t.fill_(True)
     if t.dtype in (torch.int32, torch.int64):
-        return t.fill_(_POISON_INT)
+        pattern = torch.arange(t.numel(), dtype=t.dtype, device=t.device) % _POISON_INTS + 1
+        return t.copy_(pattern.view(t.shape))
     return t
 
 
@@ -83,15 +87,29 @@ def test_camera_render_reads_only_what_it_wrote(pinhole, spare, monkeypatch):
     _compare_poisoned(render, params, monkeypatch)
 
 
-def test_lidar_render_reads_only_what_it_wrote(monkeypatch):
-    lidar = make_lidar(torch.float32)
+@pytest.mark.parametrize("spare", [False, True])
+def test_lidar_render_reads_only_what_it_wrote(spare, monkeypatch):
+    """``spare``: a fixed capacity with room to spare (the key slots past the total are padded by
+    the key emission). The Gaussians lie in a narrow sector ahead, so most tiles are empty (their
+    ranges are zeroed by the tile count: no fill of their own); the tile ranges are compared too."""
+    lidar = make_lidar(torch.float32, columns=512)
     # near 0.3 m: some Gaussians inside the lidar's minimum range (culled)
     params = lidar_gaussians(300, torch.float32, near=0.3, far=60.0)
-    settings = LidarRenderSettings(chunk=7)  # several work items per tile: the merge and the chunk passes
+    means = params[0].clone()
+    means[:, 0] = means[:, 0].abs() + 2.0
+    means[:, 1] *= 0.1
+    params = [means, *params[1:]]
+    ranges = render_lidar(*params, lidar).tile_ranges
+    assert int((ranges[:, 0] == ranges[:, 1]).sum()) > ranges.shape[0] // 3, "the test needs empty tiles"
+    capacity = None
+    if spare:
+        capacity = 2 * int(render_lidar(*params, lidar).intersections) + 37
+    # several work items per tile: the merge and the chunk passes
+    settings = LidarRenderSettings(chunk=7, capacity=capacity)
 
     def render(*p):
         out = render_lidar(*p, lidar, settings=settings)
-        return out.range_sum, out.intensity_sum, out.hit_prob, out.median_range
+        return out.range_sum, out.intensity_sum, out.hit_prob, out.median_range, out.tile_ranges.double()
 
     _compare_poisoned(render, params, monkeypatch)
 
