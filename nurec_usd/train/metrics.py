@@ -22,7 +22,13 @@ def psnr(image: torch.Tensor,  # [..., H, W, 3] in [0, 1]
     return -10.0 * torch.log10(mse.clamp_min(1e-12))
 
 
-def _gaussian_window(size: int, sigma: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+# SSIM's stabilising constants (K1 = 0.01, K2 = 0.03, images in [0, 1])
+SSIM_C1 = 0.01 ** 2
+SSIM_C2 = 0.03 ** 2
+
+
+def gaussian_window(size: int, sigma: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:  # [size]
+    """The 1D Gaussian window of SSIM, normalised to sum 1."""
     x = torch.arange(size, dtype=dtype, device=device) - (size - 1) / 2
     g = torch.exp(-x.square() / (2 * sigma * sigma))
     return g / g.sum()
@@ -38,7 +44,7 @@ def ssim(image: torch.Tensor,  # [H, W, 3] or [B, H, W, 3] in [0, 1]
     x = x.permute(0, 3, 1, 2)  # [B, 3, H, W]
     y = y.permute(0, 3, 1, 2)
     c = x.shape[1]
-    g = _gaussian_window(window, sigma, x.dtype, x.device)
+    g = gaussian_window(window, sigma, x.dtype, x.device)
     gx = g.view(1, 1, 1, -1).expand(c, 1, 1, window)
     gy = g.view(1, 1, -1, 1).expand(c, 1, window, 1)
 
@@ -49,7 +55,7 @@ def ssim(image: torch.Tensor,  # [H, W, 3] or [B, H, W, 3] in [0, 1]
     sxx = blur(x * x) - mu_x.square()
     syy = blur(y * y) - mu_y.square()
     sxy = blur(x * y) - mu_x * mu_y
-    c1, c2 = 0.01 ** 2, 0.03 ** 2
+    c1, c2 = SSIM_C1, SSIM_C2
     s = ((2 * mu_x * mu_y + c1) * (2 * sxy + c2)) / ((mu_x.square() + mu_y.square() + c1) * (sxx + syy + c2))
     return s.mean()
 
