@@ -154,9 +154,13 @@ def _scalar_value(a: object) -> object:
 
 
 def launch(kernel, dim, inputs: list, outputs: list = (), *, device: wp.context.Device, block_dim: int | None = None,
-           tiled: bool = False, adjoint: bool = False, adj_inputs: list = (), adj_outputs: list = ()) -> None:
+           tiled: bool = False, adjoint: bool = False, adj_inputs: list = (), adj_outputs: list = (),
+           slot: object = None) -> None:
     """``wp.launch`` (``wp.launch_tiled`` with ``tiled``) for hot paths: the launch is recorded once
-    per (kernel, device, block size, adjoint, thread) and replayed with its parameters rewritten.
+    per (kernel, device, block size, adjoint, thread, ``slot``) and replayed with its parameters
+    rewritten. A caller that launches one kernel on tensors of several shapes in turn (an
+    optimizer over its parameters) gives each its own ``slot``: a recorded launch whose shapes
+    stay the same only rewrites pointers, where a change of shape rebuilds its descriptors.
 
     ``wp.launch`` checks and packs every argument on every call; a render makes some 20
     launches, and small renders are bound by that host time. Arrays are passed as torch
@@ -169,7 +173,7 @@ def launch(kernel, dim, inputs: list, outputs: list = (), *, device: wp.context.
     dims = tuple(dim) if isinstance(dim, (tuple, list)) else (int(dim),)
     if 0 in dims:
         return
-    key = (kernel, device.ordinal, block_dim, adjoint, threading.get_ident())
+    key = (kernel, device.ordinal, block_dim, adjoint, threading.get_ident(), slot)
     args = [*inputs, *outputs, *adj_inputs, *adj_outputs]
     cmd = _commands.get(key)
     if cmd is None:

@@ -32,9 +32,9 @@ class FusedAdam(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
+        for g, group in enumerate(self.param_groups):
             beta1, beta2 = group["betas"]
-            for p in group["params"]:
+            for i, p in enumerate(group["params"]):
                 if p.grad is None:
                     continue
                 if p.dtype != torch.float32 or not p.is_contiguous() or p.grad.is_sparse:
@@ -47,10 +47,10 @@ class FusedAdam(torch.optim.Optimizer):
                     state["exp_avg_sq"] = torch.zeros_like(p)
                 state["step"] += 1
                 t = state["step"]
-                grad = p.grad.contiguous()
-                wdev = warp_device(p.device)
+                # One recorded launch per parameter (slot): its shapes stay, so a launch only
+                # rewrites pointers (one shared launch rebuilt every descriptor per parameter).
                 launch(kadam.adam_step, p.numel(), [
-                    p.view(-1), grad.view(-1), state["exp_avg"].view(-1), state["exp_avg_sq"].view(-1),
+                    p.view(-1), p.grad.contiguous().view(-1), state["exp_avg"].view(-1), state["exp_avg_sq"].view(-1),
                     float(group["lr"]), float(beta1), float(beta2), float(group["eps"]), 1.0 - beta1 ** t,
-                    math.sqrt(1.0 - beta2 ** t)], device=wdev)
+                    math.sqrt(1.0 - beta2 ** t)], device=warp_device(p.device), slot=("FusedAdam", g, i))
         return loss

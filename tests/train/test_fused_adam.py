@@ -40,6 +40,26 @@ def test_matches_torch_adam_over_many_steps():
                                atol=1e-6, rtol=1e-4)
 
 
+def test_each_parameter_keeps_its_recorded_launch(monkeypatch):
+    """Parameters of different shapes each have their own recorded launch: after the first step
+    a step only rewrites pointers, building no argument descriptor (host time per step)."""
+    from nurec_usd.render import warp_torch
+
+    target, a0, b0 = _problem(1)
+    params = [a0.clone().requires_grad_(True), b0.clone().requires_grad_(True)]
+    opt = FusedAdam(params, lr=0.01)
+    built = []
+    real = warp_torch._tensor_descriptor
+    monkeypatch.setattr(warp_torch, "_tensor_descriptor", lambda *a: built.append(a[-1]) or real(*a))
+    for step in range(3):
+        opt.zero_grad(set_to_none=True)  # a new gradient tensor every step, as in training
+        _loss(target, *params).backward()
+        built.clear()
+        opt.step()
+        if step > 0:
+            assert built == [], step
+
+
 def test_parameters_without_gradient_are_left_alone():
     p = torch.ones(4, requires_grad=True)
     q = torch.ones(4, requires_grad=True)
