@@ -23,7 +23,7 @@ from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN
 from warp_kernels.tile_binning import SPAN_MARGIN, TILE_SIZE
 
 __all__ = ["so3_exp_quat", "actor_poses_reference", "interpolate_gaussians_reference", "composite_front_to_back", "sh_to_rgb_reference",
-           "project_gaussians_reference", "rasterize_reference", "render_cameras_reference"]
+           "project_gaussians_reference", "rasterize_reference", "render_cameras_reference", "sky_colors_reference"]
 
 # Same threshold as the kernel's so3_exp (squared angle, rad^2).
 _EXP_SERIES_BELOW = 1e-6
@@ -573,3 +573,26 @@ def knn_distances_reference(points: torch.Tensor, k: int = 3) -> torch.Tensor:
 
 
 __all__ += ["knn_distances_reference"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Sky lookup (twin of warp_kernels/sky.py)
+
+
+def sky_colors_reference(sky: torch.Tensor,  # [3, H, W] pre-sigmoid equirectangular map
+                         directions: torch.Tensor,  # [..., 3] unit, world (Z up)
+                         ) -> torch.Tensor:  # [..., 3]
+    """Bilinear lookup in the equirectangular sky map, wrapping around in azimuth."""
+    shape = directions.shape[:-1]
+    d = directions.reshape(-1, 3)
+    az = torch.atan2(d[:, 1], d[:, 0])  # (-pi, pi]
+    el = torch.asin(d[:, 2].clamp(-1.0, 1.0))
+    h, w = sky.shape[1:]
+    # one wrapped column on each side, so azimuth +-180 degrees blends instead of clamping
+    tex = torch.cat((sky[:, :, -1:], sky, sky[:, :, :1]), dim=2)
+    u = (az / math.pi) * (w / (w + 2))  # [-1, 1] over the inner w columns
+    v = -el / (math.pi / 2)  # +90 degrees at the top
+    grid = torch.stack((u, v), -1).to(sky.dtype)[None, None]  # [1, 1, M, 2]
+    out = torch.nn.functional.grid_sample(torch.sigmoid(tex)[None], grid, mode="bilinear", padding_mode="border",
+                                          align_corners=False)
+    return out[0, :, 0].T.reshape(*shape, 3)

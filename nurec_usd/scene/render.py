@@ -8,15 +8,15 @@ tracks for the fused interpolation once; each call then places every Gaussian fo
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from nurec_usd.render.camera import CameraBatch, CameraRender, RenderSettings, render_cameras
 from nurec_usd.render.interpolate import TrackKeys, interpolate_gaussians
 from nurec_usd.render.lidar import LidarBatch, LidarRender, LidarRenderSettings, render_lidar
+from nurec_usd.render.reference import sky_colors_reference
+from nurec_usd.render.sky import sky_lookup
 from nurec_usd.scene.gaussians import Scene
 from nurec_usd.sensors.se3 import matrix_to_quat
 
@@ -113,19 +113,15 @@ class SceneRenderer:
 def sky_colors(sky: torch.Tensor,  # [3, H, W] pre-sigmoid equirectangular map
                directions: torch.Tensor,  # [..., 3] unit, world (Z up)
                ) -> torch.Tensor:  # [..., 3]
-    """Bilinear lookup in the equirectangular sky map, wrapping around in azimuth."""
-    shape = directions.shape[:-1]
-    d = directions.reshape(-1, 3)
-    az = torch.atan2(d[:, 1], d[:, 0])  # (-pi, pi]
-    el = torch.asin(d[:, 2].clamp(-1.0, 1.0))
-    h, w = sky.shape[1:]
-    # one wrapped column on each side, so azimuth +-180 degrees blends instead of clamping
-    tex = torch.cat((sky[:, :, -1:], sky, sky[:, :, :1]), dim=2)
-    u = (az / math.pi) * (w / (w + 2))  # [-1, 1] over the inner w columns
-    v = -el / (math.pi / 2)  # +90 degrees at the top
-    grid = torch.stack((u, v), -1).to(sky.dtype)[None, None]  # [1, 1, M, 2]
-    out = F.grid_sample(torch.sigmoid(tex)[None], grid, mode="bilinear", padding_mode="border", align_corners=False)
-    return out[0, :, 0].T.reshape(*shape, 3)
+    """Bilinear lookup in the equirectangular sky map, wrapping around in azimuth.
+
+    On a GPU the Warp kernels of ``nurec_usd.render.sky`` (their backward adds into the small map
+    without the twin's contended atomics); the torch twin on the CPU, where it is the faster, and
+    when the directions need a gradient, which the kernels do not give.
+    """
+    if not directions.is_cuda or (directions.requires_grad and torch.is_grad_enabled()):
+        return sky_colors_reference(sky, directions)
+    return sky_lookup(sky, directions)
 
 
 def with_single_camera(batch: CameraBatch, index: int) -> CameraBatch:
