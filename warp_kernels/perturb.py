@@ -1,10 +1,11 @@
 """The densification's noise step as one Warp kernel: near-transparent Gaussians drift.
 
-``nurec_usd.train.densify.perturb_transparent`` in torch is about 20 element-wise operations and
-a batched 3x3 matrix product over every Gaussian, twice per training step (static and actor
-Gaussians): on drive30 about 1.2 ms of Python per call on an H200 machine, and 0.7 ms of GPU time
-per step in the matrix products (benchmarks/RESULTS.md). One thread per Gaussian does it here;
-the standard-normal noise is drawn by torch (its generator, so runs stay reproducible).
+In torch (``nurec_usd.train.densify.perturb_transparent_reference``, its twin) this is about 20
+element-wise operations and a batched 3x3 matrix product over every Gaussian, twice per training
+step (static and actor Gaussians): on drive30 on an H200 about 1.2 ms of host time per call
+(under cProfile) and 0.7 ms of GPU time per step in the matrix products (benchmarks/RESULTS.md).
+One thread per Gaussian does it here; the standard-normal noise is drawn by torch (its
+generator, so runs stay reproducible).
 """
 
 import warp as wp
