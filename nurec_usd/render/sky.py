@@ -10,25 +10,16 @@ large, and the twin's one atomic per pixel and corner contend.
 from __future__ import annotations
 
 import torch
+import warp as wp
 
 from nurec_usd.render.warp_torch import launch, warp_device
+from warp_kernels import sky as ksky
 
 __all__ = ["sky_lookup"]
 
 _FLOATS = (torch.float32, torch.float64)
-_kernels: dict[torch.dtype, dict] = {}  # torch dtype -> the concrete kernels, by name
+_KERNELS = {torch.float32: ksky.overloads(wp.float32), torch.float64: ksky.overloads(wp.float64)}
 WARP_LANES = 32  # the backward's launch is a whole number of CUDA warps
-
-
-def _overloads(dtype: torch.dtype) -> dict:
-    if not _kernels:
-        import warp as wp
-
-        from warp_kernels import sky as ksky
-
-        _kernels[torch.float32] = ksky.overloads(wp.float32)
-        _kernels[torch.float64] = ksky.overloads(wp.float64)
-    return _kernels[dtype]
 
 
 class _SkyLookup(torch.autograd.Function):
@@ -36,7 +27,7 @@ class _SkyLookup(torch.autograd.Function):
     def forward(ctx, sky: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
         # sky: [3, H, W] contiguous; directions: [M, 3] contiguous, the map's dtype
         colors = torch.empty_like(directions)  # [M, 3]
-        launch(_overloads(sky.dtype)["sky_lookup"], directions.shape[0], [sky, directions, colors],
+        launch(_KERNELS[sky.dtype]["sky_lookup"], directions.shape[0], [sky, directions, colors],
                device=warp_device(sky.device))
         ctx.save_for_backward(sky, directions)
         return colors
@@ -49,7 +40,7 @@ class _SkyLookup(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             M = directions.shape[0]
             grad_sky = torch.zeros_like(sky)
-            launch(_overloads(sky.dtype)["sky_lookup_backward"], -(-M // WARP_LANES) * WARP_LANES,
+            launch(_KERNELS[sky.dtype]["sky_lookup_backward"], -(-M // WARP_LANES) * WARP_LANES,
                    [sky, directions, grad_colors.contiguous(), M, grad_sky], device=warp_device(sky.device))
         return grad_sky, None
 

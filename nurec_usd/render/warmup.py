@@ -28,7 +28,7 @@ __all__ = ["KernelWarmup", "BUILD_MODULES", "BUILD_VARIANTS"]
 # The modules a build launches on its device, largest compile first (float64 variants live in
 # their own modules, which a build never launches: warp_kernels.modules).
 BUILD_MODULES = ("camera_project", "interpolate", "lidar_project", "camera_raster", "lidar_raster",
-                 "tile_binning", "point_neighbors", "lidar_binning", "adam")
+                 "tile_binning", "point_neighbors", "lidar_binning", "ssim", "sky", "adam", "perturb")
 # Float32 kernels that compile in Warp modules of their own, defined by the modules above: the
 # lidar projection's backward, and the pinhole projection (batches of pinhole cameras with a
 # global shutter) with its backward. (camera_project_poses serves the graphed renderer only.)

@@ -10,26 +10,17 @@ derivatives at once, and the backward is two transposed passes (``warp_kernels.s
 from __future__ import annotations
 
 import torch
+import warp as wp
 
 from nurec_usd.render.warp_torch import launch, warp_device
 from nurec_usd.train.metrics import SSIM_C1, SSIM_C2, gaussian_window
+from warp_kernels import ssim as kssim
 
 __all__ = ["fused_ssim"]
 
 _FLOATS = (torch.float32, torch.float64)
-_kernels: dict[torch.dtype, dict] = {}  # torch dtype -> the concrete kernels, by name
+_KERNELS = {torch.float32: kssim.overloads(wp.float32), torch.float64: kssim.overloads(wp.float64)}
 _windows: dict[tuple, torch.Tensor] = {}  # (size, sigma, dtype, device) -> the 1D window
-
-
-def _overloads(dtype: torch.dtype) -> dict:
-    if not _kernels:
-        import warp as wp
-
-        from warp_kernels import ssim as kssim
-
-        _kernels[torch.float32] = kssim.overloads(wp.float32)
-        _kernels[torch.float64] = kssim.overloads(wp.float64)
-    return _kernels[dtype]
 
 
 def _window(size: int, sigma: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -47,7 +38,7 @@ class _FusedSSIM(torch.autograd.Function):
         B, H, W, C = image.shape
         K = window.shape[0]
         Hv, Wv = H - K + 1, W - K + 1
-        kernels, device = _overloads(image.dtype), warp_device(image.device)
+        kernels, device = _KERNELS[image.dtype], warp_device(image.device)
         rows = torch.empty(B, H, Wv, C, 5, dtype=image.dtype, device=image.device)
         launch(kernels["ssim_rows"], (B, H, Wv, C), [image, target, window, rows], device=device)
         coef = torch.empty(B, Hv, Wv, C, 4, dtype=image.dtype, device=image.device)
@@ -63,7 +54,7 @@ class _FusedSSIM(torch.autograd.Function):
             return None, None, None
         B, H, W, C = image.shape
         Hv, Wv = coef.shape[1], coef.shape[2]
-        kernels, device = _overloads(image.dtype), warp_device(image.device)
+        kernels, device = _KERNELS[image.dtype], warp_device(image.device)
         rows = torch.empty(B, Hv, W, C, 3, dtype=image.dtype, device=image.device)
         launch(kernels["ssim_grad_rows"], (B, Hv, W, C), [coef, window, rows], device=device)
         grad_image = torch.empty_like(image)
