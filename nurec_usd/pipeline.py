@@ -263,11 +263,14 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
     try:
         t0 = time.monotonic()
         cap = load_any(capture, format=format)
-        inputs = hash_inputs(cap)
         from nurec_usd.train.data import CaptureData
 
-        data = CaptureData(cap, dev, eval_every=config.train.eval_every, progress=say,
-                           downscale=config.train.downscale)
+        # The inputs are hashed while the images decode (hashlib and the decoders release the GIL).
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hash") as hasher:
+            hashed = hasher.submit(hash_inputs, cap)
+            data = CaptureData(cap, dev, eval_every=config.train.eval_every, progress=say,
+                               downscale=config.train.downscale)
+            inputs = hashed.result()
         if not data.train_frames:
             raise BuildError(f"{capture}: no usable camera frames to train on ({len(data.frames)} frames in all, "
                              f"{len(data.eval_frames)} held out)")
@@ -296,7 +299,8 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         frames = [(data.cameras[f.camera].id, f.frame) for f in data.train_frames]
         try:
             scene = initialize_scene(cap, sweeps, frames, config.init, dev, log=say,
-                                     intensity_scale=data.intensity_scale)
+                                     intensity_scale=data.intensity_scale,
+                                     images=data.image_of if data.downscale == 1 else None)
         except ValueError as err:
             raise BuildError(f"{capture}: initialisation failed: {err}") from err
         from nurec_usd.scene.rig import describe_rig

@@ -22,11 +22,15 @@ def image_size(path: Path) -> tuple[int, int]:
         raise ValueError(f"not a readable image ({exc})") from None
 
 
-def read_rgb(path: Path) -> np.ndarray:
-    """Decode an image as RGB. Returns uint8 ``[H, W, 3]``; ``ValueError`` when it cannot be decoded."""
+def read_rgb(path: Path, factor: int = 1) -> np.ndarray:
+    """Decode an image as RGB, shrunk by the integer ``factor`` with area averaging (the size
+    rounded down). Returns uint8 ``[H, W, 3]``; ``ValueError`` when it cannot be decoded."""
     try:
         with Image.open(path) as im:
-            return np.asarray(im.convert("RGB"))
+            im = im if im.mode == "RGB" else im.convert("RGB")  # (converting to its own mode copies)
+            if factor > 1:
+                im = im.reduce(factor).crop((0, 0, im.width // factor, im.height // factor))
+            return np.asarray(im)
     except (UnidentifiedImageError, OSError) as exc:
         raise ValueError(f"{path}: cannot decode image ({exc})") from None
 

@@ -29,6 +29,7 @@ from nurec_usd.capture.model import (
     Track,
 )
 from nurec_usd.capture.paths import resolve_inside
+from nurec_usd.capture.prefetch import default_workers
 from nurec_usd.capture.sweep_io import SWEEP_SUFFIXES, SweepFormatError, read_nrl_header
 
 # Rotations written as float32 and printed to JSON are orthonormal to ~1e-7; anything
@@ -106,6 +107,14 @@ def validate_capture(path: str | Path, *, deep: bool = True, workers: int = 8,
 
 
 def _build(root: Path, m: dict[str, Any], found: _Problems, check_image_sizes: bool) -> Capture:
+    # The files' checks (thousands of stats and header reads) run in threads; their problems are
+    # reported in document order all the same.
+    with ThreadPoolExecutor(max_workers=default_workers(), thread_name_prefix="check") as pool:
+        return _build_checked(root, m, found, check_image_sizes, pool)
+
+
+def _build_checked(root: Path, m: dict[str, Any], found: _Problems, check_image_sizes: bool,
+                   pool: ThreadPoolExecutor) -> Capture:
     rig_ts = _timestamps(m["rig"]["timestamps_us"], "rig.timestamps_us", found)
     rig_T = _poses(m["rig"]["T_world_rig"], "rig.T_world_rig", found)
     if len(rig_T) != len(rig_ts):
@@ -135,16 +144,23 @@ def _build(root: Path, m: dict[str, Any], found: _Problems, check_image_sizes: b
             found.manifest(f"{base}.rolling_shutter.readout_time_us", "a global shutter has readout time 0")
         _check_intrinsics(c, base, found)
         _timestamps([f["timestamp_us"] for f in c["frames"]], f"{base}.frames[*].timestamp_us", found, allow_empty=True)
-        frames = []
-        for fi, f in enumerate(c["frames"]):
-            fb = f"{base}.frames[{fi}]"
-            check_time(f["timestamp_us"], f"{fb}.timestamp_us", f["timestamp_us"] + rs.readout_time_us)
-            image = _file(root, f["image"], f"{fb}.image", IMAGE_SUFFIXES, found)
-            mask = _file(root, f["mask"], f"{fb}.mask", (".png",), found) if "mask" in f else None
+        def frame_files(fi: int, f: dict[str, Any], c: dict[str, Any] = c, base: str = base):
+            # a frame's files: present, inside the capture, and (from the headers) of the camera's size
+            fb, local = f"{base}.frames[{fi}]", _Problems()
+            image = _file(root, f["image"], f"{fb}.image", IMAGE_SUFFIXES, local)
+            mask = _file(root, f["mask"], f"{fb}.mask", (".png",), local) if "mask" in f else None
             if check_image_sizes:
                 for p, rel, field in ((image, f["image"], "image"), (mask, f.get("mask"), "mask")):
                     if p is not None:
-                        _check_image_size(p, rel, f"{fb}.{field}", c["width"], c["height"], found)
+                        _check_image_size(p, rel, f"{fb}.{field}", c["width"], c["height"], local)
+            return image, mask, local
+
+        frames = []
+        checked = pool.map(frame_files, range(len(c["frames"])), c["frames"])
+        for fi, (f, (image, mask, local)) in enumerate(zip(c["frames"], checked)):
+            fb = f"{base}.frames[{fi}]"
+            check_time(f["timestamp_us"], f"{fb}.timestamp_us", f["timestamp_us"] + rs.readout_time_us)
+            found.items += local.items
             frames.append(CameraFrame(int(f["timestamp_us"]), image or root / f["image"],
                                       mask or (root / f["mask"] if "mask" in f else None)))
         cameras[c["id"]] = Camera(c["id"], c["model"], int(c["width"]), int(c["height"]), dict(c["intrinsics"]),
@@ -167,13 +183,18 @@ def _build(root: Path, m: dict[str, Any], found: _Problems, check_image_sizes: b
             found.manifest(f"{base}.min_range_m",
                            f"min_range_m {spec['min_range_m']} must be below max_range_m {spec['max_range_m']}")
         _timestamps([s["timestamp_us"] for s in spec["sweeps"]], f"{base}.sweeps[*].timestamp_us", found, allow_empty=True)
-        sweeps = []
-        for si, s in enumerate(spec["sweeps"]):
-            sb = f"{base}.sweeps[{si}]"
-            check_time(s["timestamp_us"], f"{sb}.timestamp_us")
-            p = _file(root, s["file"], f"{sb}.file", SWEEP_SUFFIXES, found)
+        def sweep_file(si: int, s: dict[str, Any], base: str = base):
+            local = _Problems()
+            p = _file(root, s["file"], f"{base}.sweeps[{si}].file", SWEEP_SUFFIXES, local)
             if p is not None and p.suffix.lower() == ".nrl":
-                _check_nrl_header(p, s["file"], s["timestamp_us"], found)
+                _check_nrl_header(p, s["file"], s["timestamp_us"], local)
+            return p, local
+
+        sweeps = []
+        checked = pool.map(sweep_file, range(len(spec["sweeps"])), spec["sweeps"])
+        for si, (s, (p, local)) in enumerate(zip(spec["sweeps"], checked)):
+            check_time(s["timestamp_us"], f"{base}.sweeps[{si}].timestamp_us")
+            found.items += local.items
             sweeps.append(LidarSweepFile(int(s["timestamp_us"]), p or root / s["file"]))
         lidars[spec["id"]] = Lidar(
             id=spec["id"], T_rig_lidar=T[0], elevation_deg=elevation,
@@ -222,14 +243,21 @@ def _timestamps(values: list[int], field: str, found: _Problems, allow_empty: bo
 def _poses(values: list, field: str, found: _Problems, single: bool = False) -> np.ndarray:
     """[K, 4, 4] float64, each checked to be a finite rigid transform and re-orthonormalised."""
     T = np.asarray(values, dtype=np.float64).reshape(-1, 4, 4).copy()
-    for k in range(len(T)):
-        where = field if single else f"{field}[{k}]"
+    # The tests of rigid_transform_problem on all poses at once; the few that fail one get its message.
+    with np.errstate(invalid="ignore"):
+        R = T[:, :3, :3]
+        ok = np.isfinite(T).all((1, 2)) & np.isclose(T[:, 3], [0.0, 0.0, 0.0, 1.0], atol=1e-9).all(-1)
+        ok &= np.abs(R.transpose(0, 2, 1) @ R - np.eye(3)).max((1, 2), initial=0.0) <= ROTATION_TOLERANCE
+        ok &= np.linalg.det(np.where(ok[:, None, None], R, np.eye(3))) >= 0
+    for k in np.flatnonzero(~ok):
         message = rigid_transform_problem(T[k])
         if message:
-            found.manifest(where, message)
-        else:
-            u, _, vt = np.linalg.svd(T[k, :3, :3])
-            T[k, :3, :3] = u @ vt
+            found.manifest(field if single else f"{field}[{k}]", message)
+        else:  # at a tolerance's edge, where the batched arithmetic rounded the other way
+            ok[k] = True
+    if ok.any():
+        u, _, vt = np.linalg.svd(T[ok, :3, :3])
+        T[ok, :3, :3] = u @ vt
     return T
 
 

@@ -185,6 +185,19 @@ def quat_slerp(q0: torch.Tensor, q1: torch.Tensor, alpha: torch.Tensor | float) 
     return quat_normalize(w0[..., None] * q0 + w1[..., None] * q1)
 
 
+def _broadcast(a: torch.Size, b: torch.Size) -> tuple[int, ...]:
+    """The broadcast of two shapes. (``torch.broadcast_shapes`` imports sympy on its first call,
+    about a second of a build's host time.)"""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            raise ValueError(f"shapes {a} and {b} do not broadcast")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
 def make_transform(R: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """Homogeneous transforms from rotations and translations.
 
@@ -195,7 +208,7 @@ def make_transform(R: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     Returns:
         ``[[R, t], [0, 0, 0, 1]]``, broadcast over the leading dimensions.  # [..., 4, 4]
     """
-    batch = torch.broadcast_shapes(R.shape[:-2], t.shape[:-1])
+    batch = _broadcast(R.shape[:-2], t.shape[:-1])
     R = R.expand(*batch, 3, 3)
     t = t.expand(*batch, 3)
     top = torch.cat((R, t[..., None]), dim=-1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 
 from nurec_usd.capture.model import Capture
+from nurec_usd.capture.prefetch import default_workers, prefetched
 from nurec_usd.render.camera import CameraBatch
 from nurec_usd.render.lidar import LidarBatch
 from nurec_usd.scene.render import CameraView
@@ -90,25 +92,41 @@ def held_out(index: int, eval_every: int) -> bool:
     return eval_every > 0 and index % eval_every == eval_every // 2
 
 
-def _decode_all(frames, workers: int, size: tuple[int, int], factor: int) -> list[np.ndarray]:
-    """Decode every frame (and shrink it by ``factor`` with area averaging) in threads."""
-    from PIL import Image
+def _decode(frame, size: tuple[int, int], factor: int) -> np.ndarray:
+    """One frame as uint8 ``[H, W, 3]``, shrunk by ``factor`` (``size``: its (W, H) after that)."""
+    from nurec_usd.capture.images import read_rgb
 
-    def load(frame) -> np.ndarray:
-        img = frame.load_image()
-        if factor == 1:
-            return img
-        return np.asarray(Image.fromarray(img).reduce(factor).crop((0, 0, *size)))
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:  # PIL releases the GIL while decoding
-        return list(pool.map(load, frames))
+    img = read_rgb(frame.image_path, factor)
+    if img.shape != (size[1], size[0], 3):
+        raise ValueError(f"{frame.image_path}: decoded to {img.shape[1]}x{img.shape[0]} pixels, expected "
+                         f"{size[0]}x{size[1]} (the camera's width x height, divided by the downscale factor)")
+    return img
 
 
-def _image_store(arrays: list[np.ndarray], device: torch.device, on_device: bool) -> torch.Tensor:
-    host = torch.from_numpy(np.stack(arrays))
+def _new_image_store(frames: int, size: tuple[int, int], device: torch.device, on_device: bool) -> torch.Tensor:
+    """Room for a camera's images: ``[F, H, W, 3]`` uint8 on the GPU, in pinned host memory, or on the CPU."""
+    shape = (frames, size[1], size[0], 3)
     if device.type != "cuda":
-        return host
-    return host.to(device) if on_device else host.pin_memory()
+        return torch.empty(shape, dtype=torch.uint8)
+    if on_device:
+        return torch.empty(shape, dtype=torch.uint8, device=device)
+    return torch.empty(shape, dtype=torch.uint8, pin_memory=True)
+
+
+_staging = threading.local()  # per decoding thread: a pinned host image on its way to the GPU
+
+
+def _decode_into(store: torch.Tensor, index: int, frame, factor: int) -> None:
+    """Decode one frame straight into its slot of the store (a copy to the GPU blocks this thread only)."""
+    img = _decode(frame, (store.shape[2], store.shape[1]), factor)  # read-only: PIL's buffer
+    if store.device.type == "cpu":
+        store[index].numpy()[...] = img
+        return
+    buf = getattr(_staging, "image", None)
+    if buf is None or buf.shape != img.shape:
+        buf = _staging.image = torch.empty(img.shape, dtype=torch.uint8, pin_memory=True)
+    buf.numpy()[...] = img
+    store[index].copy_(buf)  # synchronous: the buffer is free again when it returns
 
 
 def range_image(points: np.ndarray,  # [N, 3] lidar frame
@@ -143,11 +161,12 @@ class CaptureData:
     ``images_on_device``: ``None`` keeps the images on the GPU when they take at most half of
     its free memory (else pinned host memory, copied per step); True / False force it.
     ``downscale``: train and evaluate on images shrunk by this integer factor (intrinsics
-    scaled to match), for quick runs on slow machines.
+    scaled to match), for quick runs on slow machines. ``workers``: decoding threads (default:
+    one per CPU core, at most 32).
     """
 
     def __init__(self, capture: Capture, device: torch.device | str, eval_every: int = 8,
-                 images_on_device: bool | None = None, workers: int = 8,
+                 images_on_device: bool | None = None, workers: int | None = None,
                  progress: Callable[[str], None] | None = None, downscale: int = 1):
         if int(downscale) != downscale or downscale < 1:
             raise ValueError(f"downscale must be a positive integer, got {downscale!r}")
@@ -165,20 +184,32 @@ class CaptureData:
         self.images_on_device = bool(images_on_device) or self.device.type != "cuda"
         self.cameras: list[CameraData] = []
         self.frames: list[FrameRef] = []
-        for ci, (cam_id, cam) in enumerate(capture.cameras.items()):
-            note(f"decoding {len(cam.frames)} images of camera {cam_id}")
-            self.cameras.append(self._camera(cam, rig, workers))
+        self.lidars: list[LidarData] = []
+        self.sweeps: list[SweepRef] = []
+        for ci, cam in enumerate(capture.cameras.values()):
+            self.cameras.append(self._camera(cam, rig))  # before the decoding threads start: they slow the host
             for fi, frame in enumerate(cam.frames):
                 self.frames.append(FrameRef(ci, fi, float(capture.seconds(frame.timestamp_us)),
                                             held_out(fi, eval_every)))
-        self.lidars: list[LidarData] = []
-        self.sweeps: list[SweepRef] = []
-        for li, (lidar_id, lidar) in enumerate(capture.lidars.items()):
-            note(f"reading {len(lidar.sweeps)} sweeps of lidar {lidar_id}")
-            self.lidars.append(self._lidar(lidar, rig))
-            for si, sweep in enumerate(lidar.sweeps):
-                self.sweeps.append(SweepRef(li, si, float(capture.seconds(sweep.timestamp_us)),
-                                            held_out(si, eval_every)))
+        # Every image of every camera is decoded in one pool, straight into its place; the
+        # sweeps are read and turned into range images meanwhile.
+        pool = ThreadPoolExecutor(max_workers=workers or default_workers(), thread_name_prefix="decode")
+        try:
+            if self.frames:
+                note(f"decoding {len(self.frames)} images of {len(self.cameras)} cameras")
+            decoded = [pool.submit(_decode_into, data.images, fi, frame, self.downscale)
+                       for data, cam in zip(self.cameras, capture.cameras.values())
+                       for fi, frame in enumerate(cam.frames)]
+            for li, (lidar_id, lidar) in enumerate(capture.lidars.items()):
+                note(f"reading {len(lidar.sweeps)} sweeps of lidar {lidar_id}")
+                self.lidars.append(self._lidar(lidar, rig))
+                for si, sweep in enumerate(lidar.sweeps):
+                    self.sweeps.append(SweepRef(li, si, float(capture.seconds(sweep.timestamp_us)),
+                                                held_out(si, eval_every)))
+            for job in decoded:
+                job.result()  # re-raises a failed decode, naming its file
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
         self.intensity_scale = self._normalise_intensities()
         self.train_frames = [f for f in self.frames if not f.held_out]
         self.eval_frames = [f for f in self.frames if f.held_out]
@@ -187,7 +218,8 @@ class CaptureData:
 
     # -- building ----------------------------------------------------------------------------
 
-    def _camera(self, cam, rig: PoseTrajectory, workers: int) -> CameraData:
+    def _camera(self, cam, rig: PoseTrajectory) -> CameraData:
+        """The camera's geometry, poses and masks, with room for its images (decoded by the caller)."""
         dev = self.device
         t0 = torch.as_tensor(self.capture.seconds(cam.timestamps_us))
         readout = cam.rolling_shutter.readout_time_s if cam.rolling_shutter.direction != "global" else 0.0
@@ -198,7 +230,6 @@ class CaptureData:
         geometry = camera_geometry(cam.model, cam.width, cam.height, cam.intrinsics, cam.rolling_shutter.direction,
                                    dev, k)
         width, height = geometry.width, geometry.height
-        images = _decode_all(cam.frames, workers, (width, height), k)
         masks = None
         if any(f.mask_path is not None for f in cam.frames):
             full = [f.load_mask() if f.mask_path is not None else np.ones((cam.height, cam.width), bool)
@@ -208,10 +239,10 @@ class CaptureData:
                                                for m in full]))
             masks = masks.to(dev)
         f32 = lambda t: t.to(device=dev, dtype=torch.float32).contiguous()  # noqa: E731
+        images = _new_image_store(len(cam.frames), (width, height), dev, self.images_on_device)
         return CameraData(cam.id, width, height, geometry.template, cam.rolling_shutter.direction, geometry.rays,
                           f32(q0), f32(p0), f32(q1), f32(p1), f32(T_wc0[:, :3, :3]),
-                          f32(t0 + readout / 2), _image_store(images, dev, self.images_on_device), masks,
-                          geometry.lens)
+                          f32(t0 + readout / 2), images, masks, geometry.lens)
 
     def _lidar(self, lidar, rig: PoseTrajectory) -> LidarData:
         dev = self.device
@@ -222,12 +253,12 @@ class CaptureData:
         model = lidar.sensor_model(dtype=torch.float64, device=dev)
         template = LidarBatch.from_model(model, torch.eye(4, dtype=torch.float32, device=dev))
         ranges, intens = [], []
-        for i in range(len(lidar.sweeps)):
-            sweep = lidar.load_sweep(i)
-            r, it = range_image(sweep.points, sweep.intensity, sweep.channel, model, lidar.channels, lidar.columns,
-                                dev)
-            ranges.append(r)
-            intens.append(it)
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="sweeps") as pool:
+            for sweep in prefetched(lidar.load_sweep, range(len(lidar.sweeps)), pool):
+                r, it = range_image(sweep.points, sweep.intensity, sweep.channel, model, lidar.channels,
+                                    lidar.columns, dev)
+                ranges.append(r)
+                intens.append(it)
         f32 = lambda t: t.to(device=dev, dtype=torch.float32).contiguous()  # noqa: E731
         return LidarData(lidar.id, template, f32(q0), f32(p0), f32(q1), f32(p1), f32(t0 + period / 2),
                          f32(torch.stack(ranges)), f32(torch.stack(intens)))
@@ -276,6 +307,14 @@ class CaptureData:
         """Measured ranges and intensities of the sweep, ``[C, W]`` each (0: no return)."""
         lid = self.lidars[ref.lidar]
         return lid.ranges[ref.sweep], lid.intensities[ref.sweep]
+
+    def image_of(self, camera_id: str, frame: int) -> torch.Tensor:
+        """A frame's decoded image, uint8 ``[H, W, 3]``, where the images are kept (shrunk by
+        ``downscale``); the signature of ``nurec_usd.scene.init.ImageSource``."""
+        index = next((i for i, cam in enumerate(self.cameras) if cam.id == camera_id), None)
+        if index is None:
+            raise KeyError(f"no camera {camera_id!r} in this capture (cameras: {[c.id for c in self.cameras]})")
+        return self.cameras[index].images[frame]
 
     def mean_colors(self) -> torch.Tensor:
         """Per camera, the mean colour of its training frames (the mean-colour baseline). Returns ``[C, 3]``."""

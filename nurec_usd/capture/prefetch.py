@@ -1,0 +1,36 @@
+"""Reading a capture's files ahead of their use, in threads (file reads and decoders release the GIL)."""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from concurrent.futures import Executor
+from typing import Callable, Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def default_workers() -> int:
+    """Threads for reading and decoding: one per CPU core, at most 32."""
+    return max(1, min(32, os.cpu_count() or 4))
+
+
+def prefetched(fn: Callable[[T], R], items: Iterable[T], pool: Executor, depth: int = 8) -> Iterator[R]:
+    """``fn(item)`` for each item, in order, computed in ``pool`` up to ``depth`` items ahead.
+
+    At most ``depth`` results wait in memory (sweeps are megabytes each). An exception raised by
+    ``fn`` surfaces when its item's turn comes; the items queued after it are cancelled.
+    """
+    items = iter(items)
+    queue: deque = deque()
+    try:
+        for item in items:
+            queue.append(pool.submit(fn, item))
+            if len(queue) >= depth:
+                yield queue.popleft().result()
+        while queue:
+            yield queue.popleft().result()
+    finally:
+        for future in queue:
+            future.cancel()
