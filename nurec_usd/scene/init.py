@@ -47,32 +47,96 @@ def _poses_at(traj: PoseTrajectory, times: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def lidar_world_points(capture: Capture, sweeps: list[tuple[str, int]], device: torch.device | str = "cpu",
-                       progress: Callable[[], None] | None = None
+                       progress: Callable[[], None] | None = None, chunk_points: int = 4_000_000
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Points of the given sweeps in the world, each placed with the rig pose at its firing time.
 
+    Sweeps are read ahead in threads and placed in chunks of about ``chunk_points`` points
+    (one pose interpolation per chunk rather than per sweep).
+
     Returns world points ``[N, 3]`` float64, intensities ``[N]`` and times ``[N]`` (seconds), on ``device``.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from nurec_usd.capture.prefetch import prefetched
+
     rig = capture.rig_trajectory(device)
     pts, inten, times = [], [], []
-    for lidar_id, index in sweeps:
+    pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (points, intensities, seconds) in the lidar frame
+    lidar_of: list[str] = []
+
+    def place() -> None:
+        # one chunk's sweeps (of any lidars) into the world with the rig pose at each point's time
+        p = torch.from_numpy(np.concatenate([x[0] for x in pending])).to(device)
+        t = torch.from_numpy(np.concatenate([x[2] for x in pending])).to(device)
+        i = torch.from_numpy(np.concatenate([x[1] for x in pending])).to(device)
+        T_rig, idx = _poses_at(rig, t)
+        T_world_lidar = {lid: T_rig @ torch.as_tensor(capture.lidars[lid].T_rig_lidar, dtype=torch.float64,
+                                                      device=device) for lid in set(lidar_of)}
+        world = torch.empty_like(p)
+        start = 0
+        for (sp, _, _), lidar_id in zip(pending, lidar_of):  # each sweep through its own lidar's mounting
+            end = start + sp.shape[0]
+            world[start:end] = transform_points(T_world_lidar[lidar_id][idx[start:end]], p[start:end])
+            start = end
+        pts.append(world)
+        inten.append(i)
+        times.append(t)
+        pending.clear()
+        lidar_of.clear()
+
+    def read(item: tuple[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        lidar_id, index = item
         lidar = capture.lidars[lidar_id]
         sweep = lidar.load_sweep(index)
-        p = torch.from_numpy(np.asarray(sweep.points, dtype=np.float64)).to(device)
-        rng = p.norm(dim=-1)
-        keep = (rng >= lidar.min_range_m) & (rng <= lidar.max_range_m) & torch.isfinite(rng)
-        t = torch.as_tensor(capture.seconds(sweep.timestamps_us)).to(device)[keep]
-        T_rig, idx = _poses_at(rig, t)
-        T_world_lidar = T_rig @ torch.as_tensor(lidar.T_rig_lidar, dtype=torch.float64, device=device)
-        pts.append(transform_points(T_world_lidar[idx], p[keep]))
-        inten.append(torch.from_numpy(np.asarray(sweep.intensity, dtype=np.float64)).to(device)[keep])
-        times.append(t)
-        if progress:
-            progress()
+        p = np.asarray(sweep.points, dtype=np.float64)
+        rng = np.linalg.norm(p, axis=-1)
+        keep = (rng >= lidar.min_range_m) & (rng <= lidar.max_range_m) & np.isfinite(rng)
+        return (p[keep], np.asarray(sweep.intensity, dtype=np.float64)[keep],
+                np.asarray(capture.seconds(sweep.timestamps_us), dtype=np.float64)[keep])
+
+    count = 0
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="sweeps") as pool:
+        for (lidar_id, _), sweep in zip(sweeps, prefetched(read, sweeps, pool)):
+            pending.append(sweep)
+            lidar_of.append(lidar_id)
+            count += sweep[0].shape[0]
+            if count >= chunk_points:
+                place()
+                count = 0
+            if progress:
+                progress()
+    if pending:
+        place()
     if not pts:
         z = torch.zeros(0, dtype=torch.float64, device=device)
         return z.view(0, 3), z, z
     return torch.cat(pts), torch.cat(inten), torch.cat(times)
+
+
+def _near_track(points: torch.Tensor,  # [N, 3] world
+                times: torch.Tensor,  # [N] seconds
+                track: ActorTrack, radius: float, chunk: int = 4_000_000) -> torch.Tensor:  # [N] bool
+    """Points that may lie in the track's box at their time: within ``radius`` (the box's grown
+    half-diagonal) of the box centre's path between the keys around their time. The centre
+    moves linearly between keys, so the test is exact to keep and only skips points that
+    cannot be inside: those go through no pose interpolation."""
+    key_times = track.times.to(device=points.device, dtype=torch.float64)
+    centres = track.T_world_box[:, :3, 3].to(device=points.device, dtype=points.dtype)  # [K, 3]
+    K = key_times.shape[0]
+    if K == 1:
+        lo = hi = centres
+    else:
+        lo = torch.minimum(centres[:-1], centres[1:])  # [K-1, 3] per key interval
+        hi = torch.maximum(centres[:-1], centres[1:])
+    slack = radius * (1 + 1e-9) + 1e-9  # rounding: never drop a point the exact test would keep
+    near = torch.empty(points.shape[0], dtype=torch.bool, device=points.device)
+    for s in range(0, points.shape[0], chunk):
+        p, t = points[s:s + chunk], times[s:s + chunk]
+        seg = (torch.searchsorted(key_times, t.contiguous(), right=True).clamp(1, max(K - 1, 1)) - 1
+               if K > 1 else torch.zeros_like(t, dtype=torch.long))
+        near[s:s + chunk] = ((p >= lo[seg] - slack) & (p <= hi[seg] + slack)).all(-1)
+    return near
 
 
 def split_actor_points(points: torch.Tensor,  # [N, 3] world
@@ -88,14 +152,15 @@ def split_actor_points(points: torch.Tensor,  # [N, 3] world
     per_actor = []
     for track in tracks:
         traj = PoseTrajectory(track.times.to(points.device), track.T_world_box.to(points.device))
+        half = torch.as_tensor(track.size_m, dtype=points.dtype, device=points.device) / 2 * (1 + margin)
         inside_time = (times >= track.times[0]) & (times <= track.times[-1])
-        cand = torch.nonzero(inside_time & static).flatten()
+        near = _near_track(points, times, track, float(half.norm()))
+        cand = torch.nonzero(inside_time & near & static).flatten()
         if cand.numel() == 0:
             per_actor.append(torch.zeros(0, 3, dtype=points.dtype, device=points.device))
             continue
         T, idx = _poses_at(traj, times[cand])
         local = transform_points(invert_transform(T)[idx], points[cand])
-        half = torch.as_tensor(track.size_m, dtype=points.dtype, device=points.device) / 2 * (1 + margin)
         inside = (local.abs() <= half).all(-1)
         static[cand[inside]] = False
         per_actor.append(local[inside])
@@ -152,10 +217,22 @@ def remove_outliers(points: torch.Tensor, std_ratio: float, *features: torch.Ten
     return tuple(x[keep] for x in (points, *features))
 
 
+ImageSource = Callable[[str, int], torch.Tensor]  # (camera id, frame index) -> uint8 [H, W, 3] at full size
+
+
+def decoded_images(capture: Capture) -> ImageSource:
+    """The capture's frames, decoded from their files at each call."""
+    return lambda cam_id, index: torch.from_numpy(np.array(capture.cameras[cam_id].frames[index].load_image()))
+
+
 def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: torch.Tensor,  # [Ns, 3] world
                   actor_pts: list[torch.Tensor],  # per track [n_a, 3] box frame
-                  tracks: list[ActorTrack], device: torch.device) -> tuple[torch.Tensor, list[torch.Tensor]]:
+                  tracks: list[ActorTrack], device: torch.device,
+                  images: ImageSource | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Mean colour of every point over the frames that see it (grey 0.5 where none does).
+
+    ``images``: where the frames come from (default: decoded from the files); a build passes
+    the ones it has already decoded.
 
     Visibility: points are splatted into a coarse depth buffer (cells of about 1/160 of the
     image width); a point counts for a frame when it is within 5% (+0.2 m) of its cell's
@@ -163,6 +240,7 @@ def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: t
     Returns the static colours ``[Ns, 3]`` and per track ``[n_a, 3]``, in [0, 1].
     """
     rig = capture.rig_trajectory()
+    images = images or decoded_images(capture)
     sizes = [static_pts.shape[0]] + [p.shape[0] for p in actor_pts]
     n = sum(sizes)
     acc = torch.zeros(n, 3, dtype=torch.float32, device=device)
@@ -194,7 +272,7 @@ def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: t
         zbuf = torch.full((gw * gh,), float("inf"), dtype=depth.dtype, device=device)
         zbuf.scatter_reduce_(0, key[valid], depth[valid], reduce="amin")
         seen = valid & (depth <= zbuf[key] * 1.05 + 0.2)
-        img = torch.from_numpy(np.array(frame.load_image())).to(device).float() / 255.0
+        img = images(cam_id, fi).to(device).float() / 255.0
         acc[seen] += img[cv[seen], cu[seen]]
         cnt[seen] += 1
     rgb = torch.where(cnt[:, None] > 0, acc / cnt.clamp_min(1)[:, None], torch.full_like(acc, 0.5))
@@ -210,13 +288,15 @@ def spread_evenly(items: list, count: int) -> list:
     return [items[i] for i in idx]
 
 
-def sky_init(capture: Capture, frames: list[tuple[str, int]], rows: int) -> torch.Tensor:
+def sky_init(capture: Capture, frames: list[tuple[str, int]], rows: int,
+             images: ImageSource | None = None) -> torch.Tensor:
     """A uniform sky map (``[3, rows, 4 rows]``, pre-sigmoid) at the mean colour of the images' top rows."""
+    images = images or decoded_images(capture)
     tops = []
     for cam_id, fi in frames:
-        img = capture.cameras[cam_id].frames[fi].load_image()
-        tops.append(img[: max(1, img.shape[0] // 10)].reshape(-1, 3).mean(0) / 255.0)
-    colour = torch.tensor(np.mean(tops, 0) if tops else [0.6, 0.7, 0.8], dtype=torch.float32)
+        img = images(cam_id, fi)
+        tops.append(img[: max(1, img.shape[0] // 10)].reshape(-1, 3).double().mean(0).cpu() / 255.0)
+    colour = (torch.stack(tops).mean(0) if tops else torch.tensor([0.6, 0.7, 0.8])).float()
     return torch.logit(colour.clamp(0.02, 0.98))[:, None, None].expand(3, rows, 4 * rows).contiguous()
 
 
@@ -273,11 +353,13 @@ def seed_empty_actors(actor_pts: list[torch.Tensor], tracks: list[ActorTrack], c
 
 def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], train_frames: list[tuple[str, int]],
                      config: InitConfig, device: torch.device | str,
-                     log: Callable[[str], None] | None = None, intensity_scale: float | None = None) -> Scene:
+                     log: Callable[[str], None] | None = None, intensity_scale: float | None = None,
+                     images: ImageSource | None = None) -> Scene:
     """The initial scene of a capture, built from its training sweeps and frames only.
 
     ``intensity_scale``: lidar intensities are divided by it (as the training targets are);
-    None: the 99th percentile of the points used here.
+    None: the 99th percentile of the points used here. ``images``: the frames, already decoded
+    at full size (default: decoded from the files).
     """
     say = log or (lambda _m: None)
     device = torch.device(device)
@@ -308,7 +390,7 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
         actor_int = [torch.full((p.shape[0],), mean_int, dtype=torch.float64, device=device) for p in actor_pts]
         say(f"static points: {static_pts.shape[0]:,} (voxel {voxel:.3f} m); actor points: "
             + ", ".join(f"{t.id} {p.shape[0]}" for t, p in zip(tracks, actor_pts)))
-        static_rgb, actor_rgb = colour_points(capture, colour_frames, static_pts, actor_pts, tracks, device)
+        static_rgb, actor_rgb = colour_points(capture, colour_frames, static_pts, actor_pts, tracks, device, images)
     elif sfm is not None:
         static_pts = torch.as_tensor(np.asarray(sfm["xyz"]), dtype=torch.float64, device=device)
         static_rgb = torch.as_tensor(np.asarray(sfm["rgb"]), dtype=torch.float32, device=device) / 255.0
@@ -330,7 +412,7 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
     if not train_sweeps:  # camera-only captures: tracked actors start from points in their boxes
         actor_pts = seed_empty_actors([torch.zeros(0, 3, dtype=torch.float64, device=device) for _ in tracks],
                                       tracks)
-        _, actor_rgb = colour_points(capture, colour_frames, static_pts[:0], actor_pts, tracks, device)
+        _, actor_rgb = colour_points(capture, colour_frames, static_pts[:0], actor_pts, tracks, device, images)
         actor_int = [torch.full((p.shape[0],), 0.2, dtype=torch.float64, device=device) for p in actor_pts]
 
     def gaussians(p: torch.Tensor, rgb: torch.Tensor, inten: torch.Tensor, vox: float) -> GaussianParams:
@@ -355,7 +437,7 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
         centres = torch.as_tensor(capture.rig.T_world_rig[:, :3, 3])
         position_scale = max(float((centres - centres.mean(0)).norm(dim=-1).max()) / 10.0, 1e-3)
     return Scene(static=static, actors=actors, actor_index=actor_index, tracks=tracks,
-                 sky=sky_init(capture, colour_frames, config.sky_rows).to(device), camera_ids=cam_ids,
+                 sky=sky_init(capture, colour_frames, config.sky_rows, images).to(device), camera_ids=cam_ids,
                  exposure=torch.zeros(len(cam_ids), 6, device=device), sh_degree=0,
                  world_offset_m=[float(x) for x in capture.world_offset_m],
                  metadata={"intensity_scale": intensity_scale or 1.0, "init_voxel_m": voxel,
