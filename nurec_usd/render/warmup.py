@@ -3,29 +3,20 @@
 Warp compiles a kernel module at the first launch of one of its kernels, one module after
 another. With a cold kernel cache (a fresh machine or container) that was about 18 s of a
 build's training stage on an H200 (``benchmarks/RESULTS.md``). :class:`KernelWarmup`
-compiles every float32 module a build launches, several at a time, in a child process started
-before the capture loads, into Warp's kernel cache; :meth:`KernelWarmup.wait` joins it and
-loads the modules from the cache (a fraction of a second) before the first kernel runs.
-
-A process rather than a thread: Warp's code generation is Python and holds the GIL, and in a
-thread it slowed the loading (decoding, the lidar's range images) by about as much as it
-overlapped it (benchmarks/RESULTS.md, build drive30).
+compiles every float32 module a build launches, several at a time, in a background thread
+started before the capture loads. Loading is host work (decoding images, reading sweeps) and
+Warp's compiler releases the GIL, so the two overlap. :meth:`KernelWarmup.wait` joins before
+the first kernel runs.
 
 A failure here is not fatal: the kernels then compile at their first launch, as before.
-
-    python -m nurec_usd.render.warmup cuda:0 [--cache DIR] [--modules camera_raster ...]
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
-import subprocess
-import sys
-import tempfile
+import threading
 import time
-from typing import Any
 
 import torch
 import warp as wp
@@ -42,91 +33,41 @@ BUILD_MODULES = ("camera_project", "interpolate", "lidar_project", "camera_raste
 # lidar projection's backward, and the pinhole projection (batches of pinhole cameras with a
 # global shutter) with its backward. (camera_project_poses serves the graphed renderer only.)
 BUILD_VARIANTS = ("lidar_project_backward", "camera_project_pinhole")
-_VARIANT_OF = {"lidar_project_backward": "lidar_project", "camera_project_pinhole": "camera_project"}
-
-
-def _modules(names: tuple[str, ...] | list[str]) -> list:
-    """Warp modules by ``warp_kernels`` name; the variants are defined by importing the others."""
-    for name in names:
-        if name not in BUILD_VARIANTS:
-            importlib.import_module(f"warp_kernels.{name}")
-    for name in set(names) & set(BUILD_VARIANTS):
-        importlib.import_module(f"warp_kernels.{_VARIANT_OF[name]}")
-    return [wp.get_module(f"warp_kernels.{name}") for name in names]
 
 
 class KernelWarmup:
-    """Compile ``BUILD_MODULES`` and ``BUILD_VARIANTS`` for a CUDA ``device`` in a child process
-    (no-op on the CPU). ``modules``: other ``warp_kernels`` names instead (tests)."""
+    """Compile ``BUILD_MODULES`` and ``BUILD_VARIANTS`` for a CUDA ``device`` in a background thread
+    (no-op on the CPU)."""
 
-    def __init__(self, device: torch.device | str, workers: int | None = None,
-                 modules: tuple[str, ...] | None = None):
+    def __init__(self, device: torch.device | str, workers: int | None = None):
         self.device = torch.device(device)
         self.error: BaseException | None = None
         self.seconds = 0.0
-        self._process: tuple[subprocess.Popen, Any] | None = None  # and its stderr file
-        self._names = tuple(modules or BUILD_MODULES + BUILD_VARIANTS)
+        self._thread: threading.Thread | None = None
         if self.device.type != "cuda":
             return
-        init_warp()
+        init_warp()  # here, not in the thread: Warp initialises once
+        modules = [wp.get_module(importlib.import_module(f"warp_kernels.{name}").__name__) for name in BUILD_MODULES]
+        modules += [wp.get_module(f"warp_kernels.{name}") for name in BUILD_VARIANTS]  # defined by the imports above
         index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-        self._device = f"cuda:{index}"
-        workers = workers or min(len(self._names), max(1, (os.cpu_count() or 2) // 2))
-        self._t0 = time.monotonic()
+        workers = workers or min(len(modules), max(1, (os.cpu_count() or 2) // 2))
+        self._thread = threading.Thread(target=self._compile, args=(modules, f"cuda:{index}", workers),
+                                        name="kernel-warmup", daemon=True)
+        self._thread.start()
+
+    def _compile(self, modules: list, device: str, workers: int) -> None:
+        t0 = time.monotonic()
         try:
-            self._process = spawn_compile(self._device, self._names, workers)
-        except OSError as exc:  # reported by the caller; the kernels compile on first launch
-            self.error = exc
+            wp.force_load(device=device, modules=modules, max_workers=workers)
+        except BaseException as err:  # noqa: BLE001 - reported by wait(); the kernels compile on first launch
+            self.error = err
+        self.seconds = time.monotonic() - t0
 
     def wait(self) -> float:
-        """Block until the compiling is done and load the modules. Returns the seconds spent waiting."""
-        if self._process is None:
+        """Block until the compiling is done. Returns the seconds spent waiting."""
+        if self._thread is None:
             return 0.0
         t0 = time.monotonic()
-        process, log = self._process
-        process.wait()
-        self.seconds = time.monotonic() - self._t0
-        if process.returncode != 0:
-            log.seek(0)
-            tail = log.read().decode(errors="replace").strip().splitlines()[-3:]
-            self.error = RuntimeError(f"the compiling process exited with {process.returncode}: " + " / ".join(tail))
-        log.close()
-        self._process = None
-        if self.error is None:
-            try:  # from the cache the child filled: hashing and loading only
-                wp.force_load(device=self._device, modules=_modules(self._names))
-            except Exception as exc:  # noqa: BLE001 - reported; the kernels compile on first launch
-                self.error = exc
+        self._thread.join()
+        self._thread = None
         return time.monotonic() - t0
-
-
-def spawn_compile(device: str, names: tuple[str, ...], workers: int) -> tuple[subprocess.Popen, Any]:
-    """Start ``python -m nurec_usd.render.warmup`` compiling ``names`` for ``device`` into this
-    process's kernel cache, with this process's import path. Returns the process and the file its
-    stderr goes to (a file, not a pipe: a full pipe would stall it)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    cmd = [sys.executable, "-m", "nurec_usd.render.warmup", device, "--cache", str(wp.config.kernel_cache_dir),
-           "--workers", str(workers), "--modules", *names]
-    log = tempfile.TemporaryFile()
-    return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log), log
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Compile modules into the kernel cache (the child process of :class:`KernelWarmup`)."""
-    parser = argparse.ArgumentParser(description="Compile nurec_usd's Warp modules into Warp's kernel cache.")
-    parser.add_argument("device", help="Warp device, e.g. cuda:0 (cpu works too)")
-    parser.add_argument("--cache", default=None, help="kernel cache directory, as wp.config.kernel_cache_dir "
-                        "reads after wp.init() (default: Warp's)")
-    parser.add_argument("--workers", type=int, default=1, help="modules compiled at a time")
-    parser.add_argument("--modules", nargs="+", default=list(BUILD_MODULES + BUILD_VARIANTS),
-                        help="warp_kernels module names (default: every module a build launches)")
-    args = parser.parse_args(argv)
-    init_warp()
-    if args.cache:  # the parent's resolved directory: set after init, which would add a version folder
-        wp.config.kernel_cache_dir = args.cache
-    wp.force_load(device=args.device, modules=_modules(args.modules), max_workers=args.workers)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
