@@ -132,7 +132,7 @@ def _near_track(points: torch.Tensor,  # [N, 3] world
     slack = radius * (1 + 1e-9) + 1e-9  # rounding: never drop a point the exact test would keep
     near = torch.empty(points.shape[0], dtype=torch.bool, device=points.device)
     for s in range(0, points.shape[0], chunk):
-        p, t = points[s:s + chunk], times[s:s + chunk]
+        p, t = points[s:s + chunk], times[s:s + chunk].to(torch.float64)
         seg = (torch.searchsorted(key_times, t.contiguous(), right=True).clamp(1, max(K - 1, 1)) - 1
                if K > 1 else torch.zeros_like(t, dtype=torch.long))
         near[s:s + chunk] = ((p >= lo[seg] - slack) & (p <= hi[seg] + slack)).all(-1)

@@ -12,6 +12,7 @@ from nurec_usd.scene.gaussians import ActorTrack, GaussianParams, Scene
 from nurec_usd.scene.init import split_actor_points, voxel_downsample
 from nurec_usd.scene.render import sky_colors
 from nurec_usd.sensors.lidar import SpinningLidarModel
+from nurec_usd.sensors.se3 import PoseTrajectory
 from nurec_usd.train.data import held_out, range_image
 
 
@@ -46,6 +47,50 @@ def test_points_inside_a_moving_box_go_to_the_actor_in_its_frame():
     torch.testing.assert_close(local[0], torch.tensor([1.5, 0.5, 0.0], dtype=torch.float64))
     torch.testing.assert_close(local[1], torch.tensor([1.5, -0.5, 0.0], dtype=torch.float64), atol=1e-9, rtol=0)
     torch.testing.assert_close(local[2], torch.zeros(3, dtype=torch.float64), atol=1e-9, rtol=0)
+
+
+def _split_every_point(points, times, tracks, margin):
+    """The actor split with no pre-selection: every point in a track's time range is moved into
+    its box frame at its own time."""
+    from nurec_usd.sensors.se3 import PoseTrajectory, invert_transform, transform_points
+
+    static = torch.ones(points.shape[0], dtype=torch.bool)
+    per_actor = []
+    for track in tracks:
+        cand = torch.nonzero((times >= track.times[0]) & (times <= track.times[-1]) & static).flatten()
+        local = transform_points(invert_transform(PoseTrajectory(track.times, track.T_world_box).at(times[cand])),
+                                 points[cand])
+        inside = (local.abs() <= torch.tensor(track.size_m, dtype=points.dtype) / 2 * (1 + margin)).all(-1)
+        static[cand[inside]] = False
+        per_actor.append(local[inside])
+    return static, per_actor
+
+
+def test_the_near_track_preselection_changes_no_split():
+    """Points are only tested against a box near its centre's path; the split equals testing every
+    point, for turning, accelerating tracks and points crowded around the boxes' edges."""
+    gen = torch.Generator().manual_seed(3)
+    tracks = []
+    for a in range(3):
+        times = torch.linspace(0.2 * a, 2.0, 9, dtype=torch.float64)
+        yaw = torch.cumsum(0.4 * torch.randn(9, generator=gen, dtype=torch.float64), 0)
+        T = torch.eye(4, dtype=torch.float64).repeat(9, 1, 1)
+        T[:, 0, 0], T[:, 0, 1], T[:, 1, 0], T[:, 1, 1] = yaw.cos(), -yaw.sin(), yaw.sin(), yaw.cos()
+        T[:, :3, 3] = torch.cumsum(3.0 * torch.rand(9, 3, generator=gen, dtype=torch.float64), 0) * torch.tensor(
+            [1.0, 1.0, 0.1], dtype=torch.float64)
+        tracks.append(ActorTrack(f"car{a}", "car", [4.0, 2.0, 1.5], times, T))
+    times = torch.rand(20_000, generator=gen, dtype=torch.float64) * 2.4 - 0.2
+    # around the boxes at their times (many near the faces), and far away
+    centre = torch.stack([PoseTrajectory(t.times, t.T_world_box).at(times)[:, :3, 3] for t in tracks])
+    pick = torch.randint(0, 3, (20_000,), generator=gen)
+    points = centre[pick, torch.arange(20_000)] + (torch.rand(20_000, 3, generator=gen, dtype=torch.float64) - 0.5) * 6
+    points[::7] += 40.0
+    static, per_actor = split_actor_points(points, times, tracks, margin=0.05)
+    want_static, want_actor = _split_every_point(points, times, tracks, margin=0.05)
+    assert torch.equal(static, want_static)
+    assert 0 < int((~static).sum()) < 20_000
+    for got, want in zip(per_actor, want_actor):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
 def test_range_image_keeps_the_nearest_return_of_each_ray():
