@@ -122,11 +122,12 @@ def _never(_x: Any) -> bool:
     return False
 
 
-def _compile(schema: Any, root: dict[str, Any]) -> Callable[[Any], bool]:
+def _compile(schema: Any, root: dict[str, Any], refs: frozenset[str] = frozenset()) -> Callable[[Any], bool]:
     """A check of ``schema`` that returns True only when its argument certainly satisfies it, and
     False when it does not or when the schema uses keywords not handled here. Types are strict:
     booleans are not numbers, and a float is never vouched for as an integer (jsonschema accepts
-    1.0: such a manifest takes the slow path)."""
+    1.0: such a manifest takes the slow path). ``refs``: the definitions being compiled (a
+    definition that refers back to itself is left to jsonschema)."""
     if schema is True:
         return lambda _x: True
     if not isinstance(schema, dict) or not _FAST_KEYWORDS.issuperset(schema):
@@ -134,9 +135,10 @@ def _compile(schema: Any, root: dict[str, Any]) -> Callable[[Any], bool]:
     checks: list[Callable[[Any], bool]] = []
     ref = schema.get("$ref")
     if ref is not None:
-        if not ref.startswith("#/$defs/") or ref[8:] not in root["$defs"]:
+        if not ref.startswith("#/$defs/") or ref[8:] not in root["$defs"] or ref in refs:
             return _never
-        checks.append(_compile(root["$defs"][ref[8:]], root))
+        refs = refs | {ref}
+        checks.append(_compile(root["$defs"][ref[8:]], root, refs))
     if "type" in schema:
         kinds = [schema["type"]] if isinstance(schema["type"], str) else schema["type"]
         types = tuple(t for k in kinds for t in _PY_TYPES.get(k, ()))
@@ -161,13 +163,13 @@ def _compile(schema: Any, root: dict[str, Any]) -> Callable[[Any], bool]:
     if "maxItems" in schema:
         array.append(lambda x, v=schema["maxItems"]: len(x) <= v)
     if "items" in schema:
-        each = _compile(schema["items"], root)
+        each = _compile(schema["items"], root, refs)
         array.append(lambda x: all(map(each, x)))
     if "required" in schema:
         obj.append(lambda x, keys=tuple(schema["required"]): all(k in x for k in keys))
     if "properties" in schema or "additionalProperties" in schema:
-        props = {k: _compile(v, root) for k, v in schema.get("properties", {}).items()}
-        extra = _compile(schema.get("additionalProperties", True), root)
+        props = {k: _compile(v, root, refs) for k, v in schema.get("properties", {}).items()}
+        extra = _compile(schema.get("additionalProperties", True), root, refs)
         obj.append(lambda x: all(props.get(k, extra)(v) for k, v in x.items()))
     for kind, group in (((int, float), number), ((str,), text), ((list,), array), ((dict,), obj)):
         if group:
