@@ -62,7 +62,7 @@ def lidar_world_points(capture: Capture, sweeps: list[tuple[str, int]], device: 
 
     rig = capture.rig_trajectory(device)
     pts, inten, times = [], [], []
-    pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (points, intensities, seconds) in the lidar frame
+    pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per sweep: lidar-frame points, intensities, times
     lidar_of: list[str] = []
 
     def place() -> None:

@@ -141,3 +141,23 @@ def test_scene_file_round_trip(tmp_path):
     with pytest.raises(ValueError, match="bad.pt"):
         Scene.load(tmp_path / "bad.pt")
     assert not math.isnan(float(back.static.means.sum()))
+
+
+def test_sweeps_placed_in_chunks_equal_one_chunk():
+    """``lidar_world_points`` places the sweeps chunk by chunk (read ahead in threads): chunks
+    of a few thousand points (several sweeps each, and a remainder) give the same points,
+    intensities and times, in the same order, as one chunk."""
+    from pathlib import Path
+
+    from nurec_usd.capture import load_capture
+    from nurec_usd.scene.init import lidar_world_points
+
+    capture = load_capture(Path(__file__).resolve().parents[2] / "samples" / "tiny")
+    lidar_id = next(iter(capture.lidars))
+    sweeps = [(lidar_id, i) for i in range(len(capture.lidars[lidar_id].sweeps))]
+    whole = lidar_world_points(capture, sweeps, chunk_points=10 ** 9)
+    calls = []
+    chunked = lidar_world_points(capture, sweeps, chunk_points=15_000, progress=lambda: calls.append(1))
+    assert len(calls) == len(sweeps) and whole[0].shape[0] > 3 * 15_000
+    for a, b in zip(whole, chunked):
+        assert torch.equal(a, b)
