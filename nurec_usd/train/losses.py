@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nurec_usd.train.fused_ssim import fused_ssim
-from nurec_usd.train.metrics import ssim
+from nurec_usd.train.fused_ssim import fast_ssim
 
 
 def image_loss(image: torch.Tensor,  # [H, W, 3] rendered
@@ -15,9 +14,8 @@ def image_loss(image: torch.Tensor,  # [H, W, 3] rendered
                ssim_weight: float) -> torch.Tensor:  # []
     """(1 - w) L1 + w (1 - SSIM), the usual 3DGS photometric loss; masked pixels take the target's value.
 
-    On a GPU the SSIM is :func:`fused_ssim` (Warp kernels: the twin's grouped convolutions took
-    about a quarter of a drive30 step on an H200); on the CPU, where torch's convolutions are
-    the faster of the two, the torch :func:`ssim`. Both compute the same function.
+    The SSIM is :func:`fast_ssim`: the Warp kernels on a GPU (the torch version's grouped
+    convolutions took about a quarter of a drive30 step on an H200), the torch version on the CPU.
     """
     if mask is not None:
         m = mask[..., None]
@@ -25,7 +23,7 @@ def image_loss(image: torch.Tensor,  # [H, W, 3] rendered
     l1 = (image - target).abs().mean()
     if ssim_weight <= 0:
         return l1
-    similarity = fused_ssim(image, target) if image.is_cuda else ssim(image, target)
+    similarity = fast_ssim(image, target)
     return (1 - ssim_weight) * l1 + ssim_weight * (1 - similarity)
 
 
