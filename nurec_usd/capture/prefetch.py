@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from concurrent.futures import Executor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -16,21 +16,22 @@ def default_workers() -> int:
     return max(1, min(32, os.cpu_count() or 4))
 
 
-def prefetched(fn: Callable[[T], R], items: Iterable[T], pool: Executor, depth: int = 8) -> Iterator[R]:
-    """``fn(item)`` for each item, in order, computed in ``pool`` up to ``depth`` items ahead.
+def prefetched(fn: Callable[[T], R], items: Iterable[T], workers: int = 4, depth: int = 8) -> Iterator[R]:
+    """``fn(item)`` for each item, in order, computed in ``workers`` threads up to ``depth`` items ahead.
 
     At most ``depth`` results wait in memory (sweeps are megabytes each). An exception raised by
-    ``fn`` surfaces when its item's turn comes; the items queued after it are cancelled.
+    ``fn`` surfaces when its item's turn comes; the items queued after it are cancelled. The
+    threads end with the iteration (or when the iterator is closed).
     """
-    items = iter(items)
     queue: deque = deque()
-    try:
-        for item in items:
-            queue.append(pool.submit(fn, item))
-            if len(queue) >= depth:
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="read-ahead") as pool:
+        try:
+            for item in items:
+                queue.append(pool.submit(fn, item))
+                if len(queue) >= depth:
+                    yield queue.popleft().result()
+            while queue:
                 yield queue.popleft().result()
-        while queue:
-            yield queue.popleft().result()
-    finally:
-        for future in queue:
-            future.cancel()
+        finally:
+            for future in queue:
+                future.cancel()

@@ -56,8 +56,6 @@ def lidar_world_points(capture: Capture, sweeps: list[tuple[str, int]], device: 
 
     Returns world points ``[N, 3]`` float64, intensities ``[N]`` and times ``[N]`` (seconds), on ``device``.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     from nurec_usd.capture.prefetch import prefetched
 
     rig = capture.rig_trajectory(device)
@@ -96,16 +94,15 @@ def lidar_world_points(capture: Capture, sweeps: list[tuple[str, int]], device: 
                 np.asarray(capture.seconds(sweep.timestamps_us), dtype=np.float64)[keep])
 
     count = 0
-    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="sweeps") as pool:
-        for (lidar_id, _), sweep in zip(sweeps, prefetched(read, sweeps, pool)):
-            pending.append(sweep)
-            lidar_of.append(lidar_id)
-            count += sweep[0].shape[0]
-            if count >= chunk_points:
-                place()
-                count = 0
-            if progress:
-                progress()
+    for (lidar_id, _), sweep in zip(sweeps, prefetched(read, sweeps)):
+        pending.append(sweep)
+        lidar_of.append(lidar_id)
+        count += sweep[0].shape[0]
+        if count >= chunk_points:
+            place()
+            count = 0
+        if progress:
+            progress()
     if pending:
         place()
     if not pts:

@@ -253,12 +253,11 @@ class CaptureData:
         model = lidar.sensor_model(dtype=torch.float64, device=dev)
         template = LidarBatch.from_model(model, torch.eye(4, dtype=torch.float32, device=dev))
         ranges, intens = [], []
-        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="sweeps") as pool:
-            for sweep in prefetched(lidar.load_sweep, range(len(lidar.sweeps)), pool):
-                r, it = range_image(sweep.points, sweep.intensity, sweep.channel, model, lidar.channels,
-                                    lidar.columns, dev)
-                ranges.append(r)
-                intens.append(it)
+        for sweep in prefetched(lidar.load_sweep, range(len(lidar.sweeps))):
+            r, it = range_image(sweep.points, sweep.intensity, sweep.channel, model, lidar.channels, lidar.columns,
+                                dev)
+            ranges.append(r)
+            intens.append(it)
         f32 = lambda t: t.to(device=dev, dtype=torch.float32).contiguous()  # noqa: E731
         return LidarData(lidar.id, template, f32(q0), f32(p0), f32(q1), f32(p1), f32(t0 + period / 2),
                          f32(torch.stack(ranges)), f32(torch.stack(intens)))
