@@ -3,6 +3,7 @@
     python benchmarks/build_drive30.py --device cuda:0                   # generate drive30, then build (fast)
     python benchmarks/build_drive30.py --device cuda:0 --steps 5000      # more steps
     python benchmarks/build_drive30.py --preset small --device cpu --steps 20   # smoke test on a CPU
+    python benchmarks/build_drive30.py --device cuda:0 --set lidar_range_weight=0.5  # any train/init option
 
 Generates the capture with ``nurec_usd.synth`` (no ground-truth files: the held-out frames
 and sweeps are the reference), runs ``nurec_usd.build`` and prints wall time per stage,
@@ -14,6 +15,7 @@ benchmarks/RESULTS.md. ``--out DIR`` keeps the run directory (metrics, eval shee
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime
 import json
 import shutil
@@ -28,6 +30,18 @@ sys.path.insert(0, str(REPO))
 from benchmarks.provenance import commit  # noqa: E402
 
 
+def _option(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` -> (key, value), the value read as a Python literal where it is one (a number,
+    True), else kept as a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key, value
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="drive30", help="synth preset (default: drive30)")
@@ -37,7 +51,10 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=None)
     parser.add_argument("--capture", type=Path, default=None, help="an existing capture instead of generating one")
     parser.add_argument("--out", type=Path, default=None, help="keep the run directory here")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=_option,
+                        help="override a training or init option (repeatable), e.g. lidar_every=2")
     args = parser.parse_args()
+    options = dict(args.set)
 
     import torch
 
@@ -57,7 +74,7 @@ def main() -> int:
         out = args.out or work / "run"
         t0 = time.perf_counter()
         result = build(capture, out, preset=args.build_preset, device=args.device, steps=args.steps,
-                       budget_s=args.budget_s, progress=False, overwrite=True)
+                       budget_s=args.budget_s, progress=False, overwrite=True, **options)
         wall = time.perf_counter() - t0
     finally:
         if args.out is None:
@@ -67,7 +84,8 @@ def main() -> int:
     m = result.metrics
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     print(json.dumps({k: v for k, v in m.items() if k not in ("frames", "sweeps")}, indent=1))
-    print(f"\nbuild {args.preset} ({args.build_preset}) on {gpu}: status {result.status} ({result.message})")
+    print(f"\nbuild {args.preset} ({args.build_preset}) on {gpu}: status {result.status} ({result.message})"
+          + (f"; options {options}" if options else ""))
     print("stage seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.stage_seconds.items())
           + f"; build wall {wall:.1f}")
     print(f"{m['steps']} steps at {m['steps_per_second']:.1f} it/s; Gaussians {m['gaussians']:,} "
