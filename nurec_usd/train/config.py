@@ -23,7 +23,9 @@ class TrainConfig:
     # losses
     ssim_weight: float = 0.2
     lidar_every: int = 1  # a lidar sweep every this many steps (0: never)
-    lidar_range_weight: float = 0.1
+    # 1.0: on drive30 (H200) the held-out lidar median error fell 0.111 -> 0.050 m against 0.1, with
+    # held-out PSNR unchanged (23.04 -> 23.09 dB); 2.0 cost PSNR (benchmarks/RESULTS.md)
+    lidar_range_weight: float = 1.0
     lidar_hit_weight: float = 0.02
     lidar_intensity_weight: float = 0.01
     opacity_reg: float = 0.01
