@@ -15,7 +15,6 @@ benchmarks/RESULTS.md. ``--out DIR`` keeps the run directory (metrics, eval shee
 from __future__ import annotations
 
 import argparse
-import ast
 import datetime
 import json
 import shutil
@@ -28,18 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.provenance import commit  # noqa: E402
-
-
-def _option(text: str) -> tuple[str, object]:
-    """``KEY=VALUE`` -> (key, value), the value read as a Python literal where it is one (a number,
-    True), else kept as a string."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    try:
-        return key, ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return key, value
+from nurec_usd.cli import parse_option  # noqa: E402
 
 
 def main() -> int:
@@ -51,10 +39,13 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=None)
     parser.add_argument("--capture", type=Path, default=None, help="an existing capture instead of generating one")
     parser.add_argument("--out", type=Path, default=None, help="keep the run directory here")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=_option,
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=parse_option,
                         help="override a training or init option (repeatable), e.g. lidar_every=2")
     args = parser.parse_args()
-    options = dict(args.set)
+    overrides = dict(args.set)
+    if "steps" in overrides and args.steps is not None:
+        parser.error("give the steps once: --steps or --set steps=N")
+    options = {"steps": args.steps, **overrides}
 
     import torch
 
@@ -73,8 +64,8 @@ def main() -> int:
             print(f"synth {args.preset}: {synth_s:.1f} s", flush=True)
         out = args.out or work / "run"
         t0 = time.perf_counter()
-        result = build(capture, out, preset=args.build_preset, device=args.device, steps=args.steps,
-                       budget_s=args.budget_s, progress=False, overwrite=True, **options)
+        result = build(capture, out, preset=args.build_preset, device=args.device, budget_s=args.budget_s,
+                       progress=False, overwrite=True, **options)
         wall = time.perf_counter() - t0
     finally:
         if args.out is None:
@@ -85,7 +76,7 @@ def main() -> int:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     print(json.dumps({k: v for k, v in m.items() if k not in ("frames", "sweeps")}, indent=1))
     print(f"\nbuild {args.preset} ({args.build_preset}) on {gpu}: status {result.status} ({result.message})"
-          + (f"; options {options}" if options else ""))
+          + (f"; options {overrides}" if overrides else ""))
     print("stage seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.stage_seconds.items())
           + f"; build wall {wall:.1f}")
     print(f"{m['steps']} steps at {m['steps_per_second']:.1f} it/s; Gaussians {m['gaussians']:,} "

@@ -7,6 +7,7 @@ Commands print what a user needs and exit 0 on success, 1 when the input has pro
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import sys
 from pathlib import Path
@@ -110,12 +111,38 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_option(text: str) -> tuple[str, object]:
+    """A command line's ``KEY=VALUE`` (``--set``) as (key, value): the value read as a Python
+    literal where it is one (``2``, ``0.5``, ``True``), else kept as text.
+
+    Raises:
+        argparse.ArgumentTypeError: no key or no ``=`` (argparse reports it as a usage error).
+    """
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key, value
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
     from nurec_usd.pipeline import BuildError, build
     from nurec_usd.capture import CaptureError
+    from nurec_usd.train.config import option_names, unknown_option
 
     options = {"steps": args.steps, "max_gaussians": args.max_gaussians, "seed": args.seed,
                "voxel_m": args.voxel, "refine_tracks": args.refine_tracks or None, "downscale": args.downscale, "eval_every": args.eval_every}
+    known = option_names()
+    for key, value in args.set:
+        if key not in known:
+            print(f"build: --set {key}: {unknown_option(key)} (options: {', '.join(known)})", file=sys.stderr)
+            return 2
+        if options.get(key) is not None:
+            print(f"build: --set {key} repeats an option its own flag gave", file=sys.stderr)
+            return 2
+        options[key] = value
     try:
         result = build(args.capture, args.out, preset=args.preset, budget_s=args.budget_s, device=args.device,
                        format=args.format, overwrite=args.overwrite, progress=not args.no_progress,
@@ -313,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default=None, help="capture format, instead of detecting it")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--set", action="append", default=[], type=parse_option, metavar="KEY=VALUE",
+                   help="any other training or init option, e.g. --set lidar_range_weight=0.5 (repeatable; a "
+                        "run's config.json lists them all with the values it used)")
     _export_options(p)
     p.set_defaults(func=_cmd_build)
 

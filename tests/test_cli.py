@@ -96,3 +96,28 @@ def test_bundled_sample_is_valid_and_up_to_date(tmp_path):
         if len(sa) == len(sb):
             close = np.abs(sa.points - sb.points).max(axis=1) <= 1e-3
             assert close.mean() >= 0.998, f"sweep {i} {stale}"
+
+
+def test_set_values_are_python_literals_or_text():
+    from nurec_usd.cli import parse_option
+
+    assert parse_option("lidar_every=2") == ("lidar_every", 2)
+    assert parse_option("lidar_range_weight=0.5") == ("lidar_range_weight", 0.5)
+    assert parse_option("refine_tracks=True") == ("refine_tracks", True)
+    assert parse_option("voxel_m=1e-1") == ("voxel_m", 0.1)
+    assert parse_option("name=fast") == ("name", "fast")  # not a literal: kept as text
+    assert parse_option("name=a=b") == ("name", "a=b")  # split at the first '='
+
+
+def test_build_set_refuses_malformed_unknown_and_repeated_options(handmade_capture, tmp_path):
+    out = tmp_path / "run"
+    r = run("build", handmade_capture, "-o", out, "--set", "lidar_every")
+    assert r.returncode == 2 and "expected KEY=VALUE" in r.stderr, r.stderr
+    r = run("build", handmade_capture, "-o", out, "--set", "lidar_range_weigth=1")
+    assert r.returncode == 2 and "did you mean 'lidar_range_weight'?" in r.stderr, r.stderr
+    assert "lidar_hit_weight" in r.stderr  # the options are listed
+    r = run("build", handmade_capture, "-o", out, "--steps", "3", "--set", "steps=4")
+    assert r.returncode == 2 and "--set steps repeats" in r.stderr, r.stderr
+    r = run("build", handmade_capture, "-o", out, "--set", "steps=many")
+    assert r.returncode == 1 and "build option 'steps' takes an integer, got 'many'" in r.stderr, r.stderr
+    assert not out.exists()

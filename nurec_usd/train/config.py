@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,9 +81,46 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def option_names() -> list[str]:
+    """The training and init options a build takes as overrides (``make_config``), sorted."""
+    return sorted({f.name for f in dataclasses.fields(TrainConfig)} | {f.name for f in dataclasses.fields(InitConfig)})
+
+
+def unknown_option(key: str) -> str:
+    """The message for an option that does not exist, with the nearest name when one is close."""
+    near = difflib.get_close_matches(key, option_names(), n=1)
+    return f"unknown build option {key!r}" + (f"; did you mean {near[0]!r}?" if near else "")
+
+
+def _typed(options: type, key: str, value: Any) -> Any:
+    """``value`` as option ``key`` of the dataclass ``options`` takes it, by the type of its
+    default (a float option also takes an integer); ValueError naming the option otherwise."""
+    default = next(f.default for f in dataclasses.fields(options) if f.name == key)
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        kind = "True or False"
+    elif isinstance(default, int):
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value)
+        kind = "an integer"
+    elif isinstance(default, float):
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            return float(value)
+        kind = "a number"
+    else:
+        return value
+    raise ValueError(f"build option {key!r} takes {kind}, got {value!r}")
+
+
+def _replaced(options: Any, values: dict[str, Any]) -> Any:
+    return dataclasses.replace(options, **{k: _typed(type(options), k, v) for k, v in values.items()})
+
+
 def make_config(preset: str = "fast", **overrides: Any) -> BuildConfig:
     """A preset with overrides; ``train.*`` / ``init.*`` keys may be given as ``steps=...`` (searched in
-    train, then init) or as nested dicts ``train={...}``. Unknown keys raise ValueError naming them."""
+    train, then init) or as nested dicts ``train={...}``. Unknown keys, and values of the wrong
+    type, raise ValueError naming them."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     cfg = BuildConfig(preset=preset)
@@ -99,15 +138,15 @@ def make_config(preset: str = "fast", **overrides: Any) -> BuildConfig:
             unknown = set(value) - allowed
             if unknown:
                 raise ValueError(f"unknown {key} options: {', '.join(sorted(unknown))}")
-            setattr(cfg, key, dataclasses.replace(target, **value))
+            setattr(cfg, key, _replaced(target, value))
         elif key in ("device", "budget_s"):
             setattr(cfg, key, value)
         elif key in train_keys:
-            cfg.train = dataclasses.replace(cfg.train, **{key: value})
+            cfg.train = _replaced(cfg.train, {key: value})
         elif key in init_keys:
-            cfg.init = dataclasses.replace(cfg.init, **{key: value})
+            cfg.init = _replaced(cfg.init, {key: value})
         else:
-            raise ValueError(f"unknown build option {key!r}")
+            raise ValueError(unknown_option(key))
     # the Gaussian cap bounds the start too (static points; actors are few)
     cfg.init = dataclasses.replace(cfg.init, max_points=min(cfg.init.max_points, cfg.train.max_gaussians))
     return cfg

@@ -150,6 +150,17 @@ def test_existing_output_is_refused_and_kept(tmp_path, capsys):
     assert (out / "keep.txt").read_text() == "previous run"
 
 
+def test_cli_set_passes_any_option_to_the_build(handmade_capture, tmp_path, capsys):
+    from nurec_usd.cli import main
+
+    out = tmp_path / "run"
+    assert main(["build", str(handmade_capture), "-o", str(out), "--steps", "2", "--no-progress",
+                 "--set", "lidar_range_weight=0.5", "--set", "opacity=0.2"]) == 0, capsys.readouterr().err
+    config = json.loads((out / "config.json").read_text())
+    assert config["train"]["lidar_range_weight"] == 0.5 and config["init"]["opacity"] == 0.2
+    assert config["train"]["steps"] == 2
+
+
 def test_diverging_run_stops_cleanly_with_the_last_good_checkpoint(handmade_capture, tmp_path):
     from nurec_usd.pipeline import build
     from nurec_usd.scene.gaussians import Scene
