@@ -43,6 +43,11 @@ def main() -> int:
                         help="override a training or init option (repeatable), e.g. lidar_every=2")
     args = parser.parse_args()
     overrides = dict(args.set)
+    from nurec_usd.train.config import option_names, unknown_option
+
+    for key in overrides:
+        if key not in option_names():  # e.g. device: a flag of its own here
+            parser.error(f"--set {key}: {unknown_option(key)}")
     if "steps" in overrides and args.steps is not None:
         parser.error("give the steps once: --steps or --set steps=N")
     options = {"steps": args.steps, **overrides}
