@@ -47,7 +47,8 @@ def main() -> int:
     parser.add_argument("--build-preset", default="fast", choices=("fast", "quality"))
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--capture", type=Path, default=None, help="an existing capture instead of generating one")
-    parser.add_argument("--steps", type=int, default=None, help="steps of every row (default: the preset's)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="steps of every row that sets none (default: the preset's)")
     parser.add_argument("--run", action="append", default=[], type=parse_run, metavar='"KEY=VALUE ..."',
                         help="one build's overrides (repeatable)")
     parser.add_argument("--no-baseline", action="store_true", help="do not build the preset's defaults first")
@@ -65,9 +66,7 @@ def main() -> int:
                 parser.error(f"--run {key}: {unknown_option(key)}")
             if key in LOAD_OPTIONS:
                 parser.error(f"--run {key}: a load option, the same for every row (the capture is decoded once)")
-            if key == "steps" and args.steps is not None:
-                parser.error("give the steps once: --steps or steps=N in a --run")
-    configs = [make_config(args.build_preset, device=args.device, steps=args.steps, **options) for options in runs]
+    configs = [make_config(args.build_preset, device=args.device, **{"steps": args.steps, **options}) for options in runs]
 
     import torch
 
