@@ -51,6 +51,12 @@ def main() -> int:
     if "steps" in overrides and args.steps is not None:
         parser.error("give the steps once: --steps or --set steps=N")
     options = {"steps": args.steps, **overrides}
+    from nurec_usd.train.config import make_config
+
+    try:  # a value of the wrong type is a usage error too, before the capture is generated
+        make_config(args.build_preset, **options)
+    except ValueError as err:
+        parser.error(f"--set: {err}")
 
     import torch
 

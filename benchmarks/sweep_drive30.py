@@ -66,15 +66,18 @@ def main() -> int:
                 parser.error(f"--run {key}: {unknown_option(key)}")
             if key in LOAD_OPTIONS:
                 parser.error(f"--run {key}: a load option, the same for every row (the capture is decoded once)")
-    configs = [make_config(args.build_preset, device=args.device, **{"steps": args.steps, **options}) for options in runs]
+    try:  # values of the wrong type are usage errors too, before anything loads
+        configs = [make_config(args.build_preset, device=args.device, **{"steps": args.steps, **options})
+                   for options in runs]
+    except ValueError as err:
+        parser.error(f"--run: {err}")
 
     import torch
 
     from nurec_usd.capture.importers import load_any
-    from nurec_usd.pipeline import resolve_device
+    from nurec_usd.pipeline import initial_scene, resolve_device
     from nurec_usd.render.warmup import KernelWarmup
     from nurec_usd.render.warp_torch import init_warp
-    from nurec_usd.scene.init import initialize_scene
     from nurec_usd.synth import generate, get_preset
     from nurec_usd.train.data import CaptureData
     from nurec_usd.train.evaluate import evaluate
@@ -97,8 +100,6 @@ def main() -> int:
         first = configs[0].train
         data = CaptureData(cap, dev, eval_every=first.eval_every, downscale=first.downscale)
         warmup.wait()
-        sweeps = [(data.lidars[s.lidar].id, s.sweep) for s in data.train_sweeps]
-        frames = [(data.cameras[f.camera].id, f.frame) for f in data.train_frames]
         gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
         print(f"loaded {cap.name} in {time.perf_counter() - t0:.1f} s on {gpu}, commit {commit()}, "
               f"{datetime.date.today()}", flush=True)
@@ -107,8 +108,7 @@ def main() -> int:
         for options, config in zip(runs, configs):
             torch.manual_seed(config.train.seed)
             t0 = time.perf_counter()
-            scene = initialize_scene(cap, sweeps, frames, config.init, dev, intensity_scale=data.intensity_scale,
-                                     images=data.image_of if data.downscale == 1 else None)
+            scene = initial_scene(cap, data, config.init)
             init_s = time.perf_counter() - t0
             result = Trainer(scene, data, config.train).run(config.budget_s)
             metrics = evaluate(scene, data)

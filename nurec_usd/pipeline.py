@@ -31,9 +31,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from nurec_usd import __version__
+
+if TYPE_CHECKING:
+    from nurec_usd.capture.model import Capture
+    from nurec_usd.scene.gaussians import Scene
+    from nurec_usd.scene.init import InitConfig
+    from nurec_usd.train.data import CaptureData
 
 
 class BuildError(RuntimeError):
@@ -212,6 +218,23 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} to JSON")
 
 
+def initial_scene(capture: Capture, data: CaptureData, init: InitConfig,
+                  log: Callable[[str], None] | None = None) -> Scene:
+    """The initial scene of a loaded capture (``nurec_usd.scene.init.initialize_scene`` on its
+    training sweeps and frames only, on ``data``'s device, with the images ``data`` has decoded).
+
+    ``log``: where one-line messages go. ValueError from the initialisation passes through.
+    """
+    from nurec_usd.scene.init import initialize_scene
+
+    sweeps = [(data.lidars[s.lidar].id, s.sweep) for s in data.train_sweeps]
+    frames = [(data.cameras[f.camera].id, f.frame) for f in data.train_frames]
+    # the decoded images serve the colouring only at full size
+    images = data.image_of if data.downscale == 1 else None
+    return initialize_scene(capture, sweeps, frames, init, data.device, log=log, intensity_scale=data.intensity_scale,
+                            images=images)
+
+
 def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_s: float | None = None,
           device: str = "auto", format: str | None = None, overwrite: bool = False, progress: bool = True,
           log: Callable[[str], None] | None = None, collision: bool = False, usdz: bool = False,
@@ -293,14 +316,8 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
 
         stage = "init"
         t0 = time.monotonic()
-        from nurec_usd.scene.init import initialize_scene
-
-        sweeps = [(data.lidars[s.lidar].id, s.sweep) for s in data.train_sweeps]
-        frames = [(data.cameras[f.camera].id, f.frame) for f in data.train_frames]
         try:
-            scene = initialize_scene(cap, sweeps, frames, config.init, dev, log=say,
-                                     intensity_scale=data.intensity_scale,
-                                     images=data.image_of if data.downscale == 1 else None)
+            scene = initial_scene(cap, data, config.init, log=say)
         except ValueError as err:
             raise BuildError(f"{capture}: initialisation failed: {err}") from err
         from nurec_usd.scene.rig import describe_rig
