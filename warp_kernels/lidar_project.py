@@ -208,7 +208,11 @@ def make_projection_backward_kernel(float_t):
     mean (the azimuth of p0 = R(1/2) m + t(1/2)): dL/da = <dL/dR, dR/da> + <dL/dt, t1 - t0>,
     passed on to m through p0. Culled Gaussians get zero gradients, as their records are zero.
     """
-    module = variant_module(__name__, float_t, "backward")
+    # float32 with fast_math (approximate division, square root, sine and cosine): on an H200 the
+    # kernel at 5M Gaussians took 0.36 ms instead of 0.63 (122 registers, no stack; the twin checks
+    # unchanged). The forward projection was slower with it (0.34 against 0.29 ms) and keeps IEEE
+    # arithmetic (benchmarks/RESULTS.md, raster-lidar, thirteenth).
+    module = variant_module(__name__, float_t, "backward", fast_math=float_t == wp.float32)
     vec3 = wp.types.vector(3, float_t)
     vec4 = wp.types.vector(4, float_t)
     vec8 = wp.types.vector(8, float_t)
