@@ -4,7 +4,7 @@
     python benchmarks/lidar_work.py --device cpu --small        # seconds
 
 Bins the ``raster-lidar`` street (``benchmarks/raster_lidar.py``) with the renderer's own
-kernels, cutting lists as on CUDA (a sixth of the mean list, at least CHUNK_MIN) on any
+kernels, cutting lists as on CUDA (``CHUNK_OF_MEAN``, at least CHUNK_MIN) on any
 device, then evaluates every (ray, Gaussian) pair of every tile densely in torch (float64)
 and counts, per ray:
 

@@ -34,19 +34,25 @@ holds every ray where alpha >= ALPHA_MIN), so results do not change.
 Work items. A tile's Gaussian list is cut into chunks of at most L Gaussians, each chunk
 one block of the rasterizer: a handful of tiles (looking down a street at the horizon)
 would otherwise hold many times the mean work and set the kernel's tail. L is a fraction
-num / den of the mean tile's list, computed on the device from the number of intersections:
-``L = max(CHUNK_MIN, ceil(num * intersections / (den * tiles)))``. No chunk then holds more
-than num / den of the mean tile's work (or CHUNK_MIN Gaussians), and there are at most
+num / den of the mean tile's list, rounded up to whole batches of the rasterizer (TILE_RAYS
+Gaussians: a chunk of 541 would walk a last batch of 29), computed on the device from the
+number of intersections: ``L = max(CHUNK_MIN, ceil(ceil(num * intersections / (den * tiles))
+/ TILE_RAYS) * TILE_RAYS)``. No chunk then holds more than num / den of the mean tile's work
+(or a batch more), and as L is at least num / den of the mean list, there are at most
 ``tiles + ceil(den * tiles / num)`` items: the launch size is fixed, with no host
 synchronisation. Items of one tile are consecutive, in front-to-back order.
 
 The fraction depends on the device (``CHUNK_OF_MEAN``):
-  * CUDA, a sixth. Forward + backward on an H200 (benchmarks/RESULTS.md, raster-lidar) with
+  * CUDA, a twelfth. Forward + backward on an H200 (benchmarks/RESULTS.md, raster-lidar) with
     chunks of fixed lengths was fastest at 256 Gaussians for 1M (2.33 ms; the mean tile's
     list is 1,409) and at 512-1,024 for 5M (8.5-8.7 ms; mean 6,480), against 3.41 and 13.13
     ms with chunks of twice the mean list. Short chunks spread the horizon tiles over many
     blocks: each costs a block, a merge and a transmittance pass, and they pay back in the
-    tail. 128 was slower again at 1M (2.73 ms), hence CHUNK_MIN.
+    tail. 128 was slower again at 1M (2.73 ms), hence CHUNK_MIN. With later kernels 5M ran
+    6.52-6.57 ms at L = 512 and 768, 6.69-6.75 ms at a sixth (1,081: four batches and 57
+    entries) and 6.82-6.86 ms at a twelfth (541: two batches and 29 entries), hence a twelfth
+    rounded up to whole batches (768); 1M keeps CHUNK_MIN (256: 1.89-2.03 ms; 192 and 384 were
+    slower).
   * CPU, twice the mean. The CPU runs blocks one after another, so there is no tail to cut,
     only the extra passes: on a street of 150k Gaussians, forward + backward took 2.1 s with
     a sixth and 1.3-1.4 s with twice the mean.
@@ -65,7 +71,7 @@ TILE_RAYS = 256  # rays per tile = threads per rasterizer block
 KEY_PAD = wp.constant(wp.int32(0x7FFFFFFF))  # sorts after every real key
 CHUNK_MIN = 256  # never cut a tile's list finer than this (a chunk costs a block and a merge)
 # L as a fraction (num, den) of the mean tile's list, by device type (see the module docstring)
-CHUNK_OF_MEAN = {"cuda": (1, 6), "cpu": (2, 1)}
+CHUNK_OF_MEAN = {"cuda": (1, 12), "cpu": (2, 1)}
 WARPS = TILE_RAYS // 32  # CUDA warps per rasterizer block
 RECT_MARGIN = 1e-3  # relative widening of a splat's box in the warp test: rounding never culls a visible pair
 
@@ -316,7 +322,8 @@ def count_items(
     valid = wp.min(total[0], capacity)
     # ceil(num * valid / (den * tiles)) in int64: the products may pass 2^31
     parts = wp.int64(chunk_den) * wp.int64(tiles)
-    L = wp.max(CHUNK_MIN, int((wp.int64(chunk_num) * wp.int64(valid) + parts - wp.int64(1)) / parts))
+    L = int((wp.int64(chunk_num) * wp.int64(valid) + parts - wp.int64(1)) / parts)
+    L = wp.max(CHUNK_MIN, (L + TILE_RAYS - 1) / TILE_RAYS * TILE_RAYS)  # whole batches of the rasterizer
     if fixed_chunk > 0:
         L = fixed_chunk
     if t == 0:

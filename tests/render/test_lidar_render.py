@@ -493,13 +493,13 @@ def test_lane_layout_warp_blocks(cols):
 
 def test_tile_work_is_balanced_on_a_street():
     """Looking down a street, a few horizon tiles hold many times the mean work; the work items
-    cut every list into chunks of L = max(CHUNK_MIN, ceil(num * intersections / (den * tiles))),
-    (num, den) the device's fraction of the mean list, so no rasterizer block gets more than
-    L / (the mean tile's list) of its work. Both devices' fractions run here (on the CPU)."""
+    cut every list into chunks of L: (num, den) the device's fraction of the mean list, rounded
+    up to whole batches of TILE_RAYS and at least CHUNK_MIN, so no rasterizer block gets more
+    than L / (the mean tile's list) of its work. Both devices' fractions run here (on the CPU)."""
     from warp_kernels import lidar_binning as kbin
 
     lidar = street_lidar(32, 1024)  # 128 tiles: lists long enough that they, not CHUNK_MIN, set L
-    params = street_scene(150_000)
+    params = street_scene(300_000)
     for fraction in sorted(set(kbin.CHUNK_OF_MEAN.values())):
         with pytest.MonkeyPatch.context() as mp:
             mp.setitem(kbin.CHUNK_OF_MEAN, "cpu", fraction)
@@ -509,9 +509,10 @@ def test_tile_work_is_balanced_on_a_street():
         tiles, total = lidar.tiles.num_tiles, int(bins.total)
         num, den = fraction
         L = int(bins.chunk)
-        assert L == max(kbin.CHUNK_MIN, -(-num * total // (den * tiles))), fraction
+        share = -(-num * total // (den * tiles))  # num / den of the mean list, rounded up
+        assert L == max(kbin.CHUNK_MIN, -(-share // kbin.TILE_RAYS) * kbin.TILE_RAYS), fraction  # whole batches
         assert L > kbin.CHUNK_MIN, "the list lengths should set L here (else this test shows only the floor)"
-        assert stats["max_item_ratio"] <= num / den * 1.01, fraction
+        assert stats["max_item_ratio"] <= L / (total / tiles) * 1.01, fraction
         assert int(bins.num_items) <= kbin.max_work_items(tiles, total, 0, fraction)
         # the items cover each tile's list exactly, in order
         items = bins.items[: int(bins.num_items)].long()
