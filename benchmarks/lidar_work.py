@@ -4,7 +4,7 @@
     python benchmarks/lidar_work.py --device cpu --small        # seconds
 
 Bins the ``raster-lidar`` street (``benchmarks/raster_lidar.py``) with the renderer's own
-kernels, cutting lists as on CUDA (``CHUNK_OF_MEAN``, at least CHUNK_MIN) on any
+kernels, cutting lists as on CUDA (``lidar_binning.chunk_length``) on any
 device, then evaluates every (ray, Gaussian) pair of every tile densely in torch (float64)
 and counts, per ray:
 
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from nurec_usd.render.lidar import LidarBatch, LidarRenderSettings, bin_lidar, lane_rays, render_lidar  # noqa: E402
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN  # noqa: E402
-from warp_kernels.lidar_binning import CHUNK_MIN, CHUNK_OF_MEAN, TILE_RAYS, WARPS  # noqa: E402
+from warp_kernels.lidar_binning import CHUNK_OF_MEAN, TILE_RAYS, WARPS, chunk_length  # noqa: E402
 
 KEYS = ("list", "marked", "hit", "needed", "forward", "transmittance", "transmittance_after_stop")
 
@@ -54,8 +54,7 @@ def work_counts(params: list, lidar: LidarBatch, chunk: int | None = None) -> di
     isect = int(exact.intersections)
     tiles = lidar.tiles
     if chunk is None:
-        num, den = CHUNK_OF_MEAN["cuda"]
-        chunk = max(CHUNK_MIN, -(-num * isect // (den * tiles.num_tiles)))
+        chunk = chunk_length(isect, tiles.num_tiles, CHUNK_OF_MEAN["cuda"])
     bins = bin_lidar(*params, lidar, LidarRenderSettings(capacity=isect + 1, chunk=chunk))
     ranges = bins.tile_ranges.cpu()
     items = bins.items[: int(bins.num_items)].cpu()

@@ -110,6 +110,13 @@ def lane_of_ray(row: int, col: int, cols: int):
     return (wr * WARP_BLOCK_COLS + wc) * 32 + (row - wr * rw) * cw + col - wc * cw
 
 
+def chunk_length(intersections: int, tiles: int, chunk_of_mean: tuple[int, int]) -> int:
+    """L as ``count_items`` computes it on the device (for statistics and tests on the host)."""
+    num, den = chunk_of_mean
+    share = -(-num * intersections // (den * tiles))
+    return max(CHUNK_MIN, -(-share // TILE_RAYS) * TILE_RAYS)
+
+
 def max_work_items(tiles: int, capacity: int, fixed_chunk: int, chunk_of_mean: tuple[int, int]) -> int:
     """Upper bound on the work items (the rasterizers' launch size): every non-empty tile
     has one, plus one per full chunk, and there are at most intersections / L full chunks

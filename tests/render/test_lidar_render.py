@@ -509,8 +509,8 @@ def test_tile_work_is_balanced_on_a_street():
         tiles, total = lidar.tiles.num_tiles, int(bins.total)
         num, den = fraction
         L = int(bins.chunk)
-        share = -(-num * total // (den * tiles))  # num / den of the mean list, rounded up
-        assert L == max(kbin.CHUNK_MIN, -(-share // kbin.TILE_RAYS) * kbin.TILE_RAYS), fraction  # whole batches
+        assert L == kbin.chunk_length(total, tiles, fraction), fraction
+        assert L % kbin.TILE_RAYS == 0 and L >= num * total / (den * tiles), fraction  # whole batches, >= the share
         assert L > kbin.CHUNK_MIN, "the list lengths should set L here (else this test shows only the floor)"
         assert stats["max_item_ratio"] <= L / (total / tiles) * 1.01, fraction
         assert int(bins.num_items) <= kbin.max_work_items(tiles, total, 0, fraction)
