@@ -33,6 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from benchmarks.raster_lidar import add_street_options  # noqa: E402
 from nurec_usd.render.lidar import LidarBatch, LidarRenderSettings, bin_lidar, lane_rays, render_lidar  # noqa: E402
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN  # noqa: E402
 from warp_kernels.lidar_binning import CHUNK_OF_MEAN, TILE_RAYS, WARPS, chunk_length  # noqa: E402
@@ -108,10 +109,7 @@ def main() -> None:
     from render.test_lidar_render import street_lidar, street_scene
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="cuda:0")
-    ap.add_argument("--sizes", default="1000000,5000000", help="Gaussian counts, comma-separated")
-    ap.add_argument("--channels", type=int, default=128)
-    ap.add_argument("--columns", type=int, default=2048)
+    add_street_options(ap)
     ap.add_argument("--small", action="store_true", help="smoke mode: 32 x 512 rays, 20k Gaussians")
     args = ap.parse_args()
     if args.small:

@@ -138,12 +138,17 @@ def print_registers(device: torch.device, folder: Path) -> None:
                       f" {r.get('FRAME_SIZE', 0)} |")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_street_options(ap: argparse.ArgumentParser) -> None:
+    """The benchmark's device and street options (shared with benchmarks/lidar_work.py)."""
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--sizes", default="1000000,5000000", help="Gaussian counts, comma-separated")
     ap.add_argument("--channels", type=int, default=128)
     ap.add_argument("--columns", type=int, default=2048)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_street_options(ap)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--small", action="store_true", help="smoke mode: 32 x 512 rays, 20k Gaussians, 3 reps")
     ap.add_argument("--band-rows", default="auto", help="'auto' or channels per band (4, 8, 16, 32)")
