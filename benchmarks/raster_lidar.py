@@ -16,7 +16,9 @@ so no host synchronisation inside a render), of
 * bin: projection, binning, sort and work items alone (``bin_lidar``);
 * forward: the whole ``render_lidar``;
 * forward + backward: ``render_lidar`` and the gradients of range, hit probability,
-  intensity and median range for means, quaternions, scales, opacities and intensities;
+  intensity and median range for means, quaternions, scales, opacities and intensities (the
+  leaves' gradients set to None before each backward, as ``Trainer.step`` does; with
+  ``--accumulate-grads`` added into the previous ones instead, five Gaussian-sized adds);
 
 as times and rays per second (C x W rays per sweep), and the work balance in Gaussian-ray
 evaluations: the busiest tile against the mean tile (what the tiling alone leaves), and the
@@ -159,6 +161,9 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="print the kernels of one forward+backward (torch profiler)")
     ap.add_argument("--chunk", type=int, default=None,
                     help="Gaussians per work item, fixed (default: the renderer's adaptive length)")
+    ap.add_argument("--accumulate-grads", action="store_true",
+                    help="add each repetition's gradients into the last ones' (the measure before 2026-12-01) "
+                         "instead of setting them to None first, as training does")
     ap.add_argument("--min-blocks", type=int, default=None,
                     help="launch bounds of the float32 raster kernels: blocks per SM (4: <= 64 registers; 0: none)")
     args = ap.parse_args()
@@ -206,6 +211,9 @@ def main() -> None:
             return render_lidar(*params, lidar, settings=settings)
 
         def fwd_bwd():
+            if not args.accumulate_grads:
+                for p in leaves:  # as training does (zero_grad(set_to_none=True)): no add into older gradients
+                    p.grad = None
             o = render_lidar(*leaves, lidar, settings=settings)
             (o.range_sum.sum() + o.hit_prob.sum() + o.intensity_sum.sum() + o.median_range.sum()).backward()
             return o
