@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from benchmarks.raster_lidar import add_street_options  # noqa: E402
-from nurec_usd.render.lidar import LidarBatch, LidarRenderSettings, bin_lidar, lane_rays, render_lidar  # noqa: E402
+from nurec_usd.render.lidar import LidarBatch, LidarRenderSettings, bin_lidar, lane_rays  # noqa: E402
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN  # noqa: E402
 from warp_kernels.lidar_binning import CHUNK_OF_MEAN, TILE_RAYS, WARPS, chunk_length  # noqa: E402
 
@@ -51,8 +51,8 @@ def work_counts(params: list, lidar: LidarBatch, chunk: int | None = None) -> di
     """Pair counts (see the module docstring) of one sweep, summed over rays, and ``rays``, ``items``,
     ``chunk``. ``chunk``: the work items' length; None: CUDA's rule (``CHUNK_OF_MEAN``)."""
     device = params[0].device
-    exact = render_lidar(*params, lidar)
-    isect = int(exact.intersections)
+    # the intersections, to size the buffer and set L as CUDA would: binning alone (no raster)
+    isect = int(bin_lidar(*params, lidar, LidarRenderSettings()).total)
     tiles = lidar.tiles
     if chunk is None:
         chunk = chunk_length(isect, tiles.num_tiles, CHUNK_OF_MEAN["cuda"])

@@ -1,7 +1,7 @@
 """`raster-lidar`: the Warp lidar renderer on a street, 128 channels x 2048 columns, 1M and 5M Gaussians.
 
     python benchmarks/raster_lidar.py [--device cuda:0] [--sizes 1000000,5000000] [--reps 30]
-                                      [--registers] [--profile] [--min-blocks 4|3|0]
+                                      [--registers] [--profile] [--min-blocks 4|3|0] [--accumulate-grads]
     python benchmarks/raster_lidar.py --device cpu --small        # smoke run, seconds
 
 First a correctness check on the device against the pure-torch twin (a small lidar and a few
