@@ -9,14 +9,18 @@ device, then evaluates every (ray, Gaussian) pair of every tile densely in torch
 and counts, per ray:
 
 * list: the tile's whole list (what a tile-per-block walk without masks would evaluate);
-* marked: pairs whose warp is marked by the warp masks (the rasterizer's candidates);
+* marked: pairs whose warp's ray mask is not empty (the backward's candidates: its warps
+  walk such an entry on all 32 rays);
+* masked: pairs whose own ray's bit is set in the ray masks (the forward's and the
+  transmittance pass's candidates; never fewer than the hits, which ``missed`` counts: 0);
 * hit: pairs where alpha >= ALPHA_MIN (the ray really meets the splat);
 * needed: hits before the ray stops (T <= T_MIN): what a perfect walk evaluates;
-* forward: marked pairs before the last stop among the warp's 32 rays (a CUDA warp walks
-  until all its rays have stopped), as the forward kernel evaluates them;
-* transmittance: the pass over every chunk but the last of its tile, each chunk on its own
-  until its rays stop within it, and the part of it in warps whose rays had all stopped in
-  the chunks before (work a pass that knew the chunks in front could skip).
+* forward: the forward's steps. Each thread walks its own masked entries up to its stop,
+  32 entries (a window) at a time, and a CUDA warp takes as many steps in a window as its
+  busiest thread: the sum over windows of that maximum, times 32 lanes;
+* transmittance: the same for the pass over every chunk but the last of its tile, each chunk
+  on its own until its rays stop within it, and the part of it in warps whose rays had all
+  stopped in the chunks before (work a pass that knew the chunks in front could skip).
 
 Counts are of evaluations by lanes (a warp evaluating one entry counts 32), not times.
 """
@@ -38,13 +42,21 @@ from nurec_usd.render.lidar import LidarBatch, LidarRenderSettings, bin_lidar, l
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN  # noqa: E402
 from warp_kernels.lidar_binning import CHUNK_OF_MEAN, TILE_RAYS, WARPS, chunk_length  # noqa: E402
 
-KEYS = ("list", "marked", "hit", "needed", "forward", "transmittance", "transmittance_after_stop")
+KEYS = ("list", "marked", "masked", "hit", "needed", "forward", "transmittance", "transmittance_after_stop", "missed")
 
 
 def _first_stop(P: torch.Tensor) -> torch.Tensor:  # [L, R] running products -> [R]
     """Index of the first entry whose running product is <= T_MIN (the walk stops before it); L if none."""
     stops = P <= T_MIN
     return torch.where(stops.any(0), stops.double().argmax(0), torch.full_like(stops[0], P.shape[0], dtype=torch.long))
+
+
+def _warp_steps(walk: torch.Tensor) -> torch.Tensor:  # [L, R] bool -> [WARPS]
+    """Lane-steps of per-thread walks in windows of 32 entries: per window, each CUDA warp steps as often as
+    its busiest lane; summed over the windows, times 32 lanes."""
+    pad = -walk.shape[0] % 32
+    w = torch.nn.functional.pad(walk, (0, 0, 0, pad)).view(-1, 32, WARPS, 32)  # [windows, entry, warp, lane]
+    return w.sum(1).amax(-1).sum(0) * 32
 
 
 def work_counts(params: list, lidar: LidarBatch, chunk: int | None = None) -> dict:
@@ -84,24 +96,31 @@ def work_counts(params: list, lidar: LidarBatch, chunk: int | None = None) -> di
         one_minus = torch.where(hit, 1 - alpha, torch.ones_like(alpha))
         stop = torch.where(ray, _first_stop(torch.cumprod(one_minus, 0)), torch.zeros_like(warp))  # [R]
         idx = torch.arange(e - s, device=device)[:, None]
-        marked = ((bins.warp_masks[s:e].long()[:, None] >> warp[None, :]) & 1).bool() & ray[None, :]  # [L, R]
-        warp_stop = stop.view(WARPS, 32).amax(1)[warp]  # [R] the warp walks until its last ray stops
+        words = bins.ray_masks[s * WARPS:e * WARPS].view(e - s, WARPS).long() & 0xFFFFFFFF  # [L, WARPS]
+        mine = ((words[:, warp] >> (torch.arange(TILE_RAYS, device=device) % 32)[None, :]) & 1).bool()  # [L, R]
+        masked = mine & ray[None, :]
+        marked = (words[:, warp] != 0) & ray[None, :]
         counts["list"] += (e - s) * int(ray.sum())
         counts["marked"] += int(marked.sum())
+        counts["masked"] += int(masked.sum())
+        counts["missed"] += int((hit & ~masked).sum())
         counts["hit"] += int(hit.sum())
         counts["needed"] += int((hit & (idx < stop[None, :])).sum())
-        counts["forward"] += int((marked & (idx < warp_stop[None, :])).sum())
         counts["rays"] += int(ray.sum())
         tile_items = items[items[:, 0] == t]
-        for m in range(tile_items.shape[0] - 1):  # the last chunk of a tile has no transmittance pass
+        for m in range(tile_items.shape[0]):
             cs, ce = int(tile_items[m, 1]) - s, int(tile_items[m, 2]) - s
-            # each lane stops within the chunk once its own product is <= T_MIN (+1: that entry was evaluated)
-            local = torch.clamp(_first_stop(torch.cumprod(one_minus[cs:ce], 0)) + 1, max=ce - cs)
-            lane_end = torch.where(ray, local, torch.zeros_like(local)).view(WARPS, 32).amax(1)[warp]
-            evaluated = marked[cs:ce] & (idx[: ce - cs] < lane_end[None, :])
-            stopped_warp = (stop <= cs).view(WARPS, 32).all(1)[warp]  # all the warp's rays stopped before
-            counts["transmittance"] += int(evaluated.sum())
-            counts["transmittance_after_stop"] += int((evaluated & stopped_warp[None, :]).sum())
+            # a thread evaluates its masked entries up to and with the one that stops it; windows start at the chunk's
+            counts["forward"] += int(_warp_steps(masked[cs:ce] & (idx[cs:ce] <= stop[None, :])).sum())
+            if m == tile_items.shape[0] - 1:
+                continue  # the last chunk of a tile has no transmittance pass
+            # each lane stops within the chunk once its own product is <= T_MIN (with that entry)
+            local = _first_stop(torch.cumprod(one_minus[cs:ce], 0))
+            walk = masked[cs:ce] & (idx[: ce - cs] <= local[None, :])
+            steps = _warp_steps(walk)  # [WARPS]
+            stopped_warp = (stop <= cs).view(WARPS, 32).all(1)  # [WARPS] all the warp's rays stopped before
+            counts["transmittance"] += int(steps.sum())
+            counts["transmittance_after_stop"] += int(steps[stopped_warp].sum())
     return counts
 
 

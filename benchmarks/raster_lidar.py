@@ -115,11 +115,12 @@ def print_registers(device: torch.device, folder: Path) -> None:
     print(f"\nlidar kernels, sm_{arch} (cubins in {folder}; check with cuobjdump --dump-resource-usage):")
     print("| module | kernel | precision | registers | stack frame (B) |")
     print("|---|---|---|---|---|")
-    # Warp modules (the float64 kernels and the projection's backward compile in modules of their
-    # own, warp_kernels.modules) and the Python modules that define their kernels
+    # Warp modules (the float64 kernels, the projection's backward and the ray masks compile in
+    # modules of their own, warp_kernels.modules) and the Python modules that define their kernels
     for name_of_module, module in (("warp_kernels.lidar_project", lidar_project),
                                    ("warp_kernels.lidar_project_backward", lidar_project),
                                    ("warp_kernels.lidar_binning", lidar_binning),
+                                   ("warp_kernels.lidar_binning_masks", lidar_binning),
                                    ("warp_kernels.lidar_raster", lidar_raster)):
         paths = wp.compile_aot_module(name_of_module, arch=arch, module_dir=folder)
         cubins = [p for p in paths if p.suffix == ".cubin"]

@@ -24,12 +24,19 @@ fills the binning needs ride along with its kernels rather than taking launches 
 (each is host time): ``count_tiles`` zeroes the tile ranges, and ``emit_keys`` writes the
 total and pads the key slots past it.
 
-Warp masks. A rasterizer block's 256 rays are 8 CUDA warps, each a small box of rays in
-(azimuth, elevation) (``warp_rect``, built on the host). ``warp_masks`` marks, per sorted
-(tile, Gaussian) entry, the warps whose box meets the splat's box: far Gaussians are small
-against a tile, so a typical entry reaches about 2 of the 8 warps, and the others skip it with a
-warp-uniform branch instead of evaluating it on 32 rays. The test is conservative (the box
-holds every ray where alpha >= ALPHA_MIN), so results do not change.
+Ray masks. A rasterizer block's 256 rays are 8 CUDA warps, each a small block of rays in
+(azimuth, elevation) (``ray_of_lane``; ``warp_rect``, built on the host, is each warp's box).
+``ray_masks`` writes, per sorted (tile, Gaussian) entry and warp, a 32-bit set of the warp's
+rays that may see the splat: for warps whose box meets the splat's box (a typical entry
+reaches about 2 of the 8), per row of the warp's rays within the splat's elevation reach,
+the columns where the splat's quadratic form is within its alpha >= ALPHA_MIN bound (an
+interval: one square root per row). It is conservative (bounds widened by SIGMA_MARGIN and
+COL_MARGIN; a splat or warp wider than WIDE in azimuth gets whole rows), so results do not
+change, and nearly exact: on the benchmark's street 254.7 marked pairs per ray for 252.8 real
+hits. The rasterizer's threads walk only their own ray's marked entries (see
+``warp_kernels.lidar_raster``). Computed once, read by the three passes. One thread per
+entry, looping over its boxes' warps only: one thread per (entry, warp) was 1.75 ms at 5M
+Gaussians on an H200, unrolled over all eight warps 1.27 ms, this (and fast_math) 0.62 ms.
 
 Work items. A tile's Gaussian list is cut into chunks of at most L Gaussians, each chunk
 one block of the rasterizer: a handful of tiles (looking down a street at the horizon)
@@ -62,7 +69,9 @@ import math
 
 import warp as wp
 
+from warp_kernels.compositing import ALPHA_MIN
 from warp_kernels.modules import variant_module
+from warp_kernels.warp_lanes import lowest_bit
 
 # integer bookkeeping only: no adjoints (halves the compile time)
 wp.set_module_options({"enable_backward": False})
@@ -74,19 +83,31 @@ CHUNK_MIN = 256  # never cut a tile's list finer than this (a chunk costs a bloc
 CHUNK_OF_MEAN = {"cuda": (1, 12), "cpu": (2, 1)}
 WARPS = TILE_RAYS // 32  # CUDA warps per rasterizer block
 RECT_MARGIN = 1e-3  # relative widening of a splat's box in the warp test: rounding never culls a visible pair
+SIGMA_MARGIN = 1e-3  # relative widening of the ray test's sigma bound (rounding, fast_math's exp)
+COL_MARGIN = 0.01  # columns added at each end of a row's span (rounding of the azimuths)
+WIDE = 0.25  # rad: a splat or warp wider than this in azimuth marks all the warp's rays (no wrap test)
 
 PI = math.pi
 TWO_PI = 2.0 * math.pi
+INV_TWO_PI = 1.0 / TWO_PI
 
 # Rays of a tile per CUDA warp: the 8 warps tile a block as 2 x 4 blocks of (rows / 2) channels
 # x (cols / 4) columns, the tile's own shape scaled down. Tiles are about as tall as they are wide
 # in angle (see nurec_usd.render.lidar.plan_bands), so a warp's rays are nearly so too (2:1; 32
 # consecutive rays of a row, the layout before, made 8:1 strips). A small splat reaches fewer
-# warps, and the warp masks skip the rest: on the benchmark's street 1.92 warps per (tile,
-# Gaussian) entry at 1M Gaussians and 1.71 at 5M, against 2.48 and 2.37 with the strips (4 x 2
+# warps' boxes (``ray_masks`` tests those alone): on the benchmark's street 1.92 warps per
+# (tile, Gaussian) entry at 1M Gaussians and 1.71 at 5M, against 2.48 and 2.37 with the strips (4 x 2
 # blocks of rows / 4 x cols / 2: 1.96 and 1.82). Measured on an H200 (benchmarks/RESULTS.md,
 # raster-lidar): forward + backward at 5M 8.85 -> 7.93 ms, at 1M 2.33 -> 2.25 ms.
 WARP_BLOCK_COLS = 4  # warp blocks across a tile (and WARPS / WARP_BLOCK_COLS = 2 down)
+
+
+@wp.func_native("""
+return (int)((0xFFFFFFFFu >> (31 - hi)) & (0xFFFFFFFFu << lo));
+""")
+def bit_span(lo: int, hi: int) -> int:
+    """Bits lo..hi set (0 <= lo <= hi <= 31), as an int32 (bit 31 is the sign)."""
+    ...
 
 
 @wp.func
@@ -248,8 +269,31 @@ def make_binning_kernels(float_t):
                         values[k] = i
                     k += 1
 
-    @wp.kernel(module=module)
-    def warp_masks(
+    # fast_math (approximate division, square root and log): the ray test's margins are far wider
+    # than their errors, and they take most of its instructions
+    masks_module = variant_module(__name__, float_t, "masks", fast_math=True)
+
+    @wp.func(module=masks_module)
+    def row_span(rec: vec8, s_max: float_t, de: float_t, dc: float_t, jc: float_t, per_step: float_t, j_end: int):
+        """Columns j_lo..j_hi (j_lo > j_hi: none) of a warp's row whose rays see the splat: those where
+        0.5 a da^2 + b de da + 0.5 c de^2 <= s_max, with da_j = dc - (j - jc) step (dc: the splat's offset
+        from the row's middle column)."""
+        j_lo = int(0)
+        j_hi = int(-1)
+        a2 = float_t(0.5) * rec[2]
+        bq = rec[3] * de
+        disc = bq * bq - float_t(4.0) * a2 * (float_t(0.5) * rec[4] * de * de - s_max)
+        if disc >= float_t(0.0):
+            sq = wp.sqrt(disc)
+            inv = float_t(1.0) / (float_t(2.0) * a2)
+            lo = (-bq - sq) * inv
+            hi = (-bq + sq) * inv
+            j_lo = wp.max(0, int(wp.ceil((dc - hi) * per_step + jc - float_t(COL_MARGIN))))
+            j_hi = wp.min(j_end - 1, int(wp.floor((dc - lo) * per_step + jc + float_t(COL_MARGIN))))
+        return j_lo, j_hi
+
+    @wp.kernel(module=masks_module)
+    def ray_masks(
         keys: wp.array(dtype=wp.int32),  # [M] sorted
         ids: wp.array(dtype=wp.int32),  # [M] sorted Gaussian indices
         total: wp.array(dtype=wp.int32),  # [1]
@@ -258,7 +302,11 @@ def make_binning_kernels(float_t):
         splats: wp.array(dtype=vec8),  # [N]
         extents: wp.array(dtype=vec2),  # [N]
         warp_rect: wp.array2d(dtype=vec4),  # [T, WARPS] box of each warp's rays: (azimuth centre, half-width, elev lo, hi)
-        masks: wp.array(dtype=wp.int32),  # [M] out: bit w set when warp w's rays may see the entry's Gaussian
+        tile_band: wp.array(dtype=int),  # [T]
+        band_i: wp.array(dtype=wp.vec4i),  # [B]
+        slot_f: wp.array(dtype=vec2),  # [C] (s * azimuth offset, elevation) of each elevation-sorted slot, rad
+        columns: int,
+        masks: wp.array(dtype=wp.int32),  # [M * WARPS] out: bit l of word k * WARPS + w = lane l of warp w may see entry k
     ):
         k = wp.tid()
         if k >= wp.min(total[0], capacity):
@@ -269,21 +317,76 @@ def make_binning_kernels(float_t):
         ext = extents[i]
         ea = ext[0] * float_t(1.0 + RECT_MARGIN) + float_t(1e-6)
         ee = ext[1] * float_t(1.0 + RECT_MARGIN) + float_t(1e-6)
-        bits = int(0)
+        # the warps whose ray box meets the splat's box (most do not: they get an empty mask at once)
+        boxes = int(0)
         for w in range(WARPS):
             r = warp_rect[tile, w]
-            if rec[1] + ee >= r[2] and rec[1] - ee <= r[3]:
-                d = rec[0] - r[0]
-                d = d - float_t(TWO_PI) * wp.floor((d + float_t(PI)) / float_t(TWO_PI))
-                if wp.abs(d) <= r[1] + ea:
-                    bits = bits | (1 << w)
-        masks[k] = bits
+            d = rec[0] - r[0]
+            d = d - float_t(TWO_PI) * wp.floor((d + float_t(PI)) * float_t(INV_TWO_PI))
+            if rec[1] + ee >= r[2] and rec[1] - ee <= r[3] and wp.abs(d) <= r[1] + ea:
+                boxes = boxes | (1 << w)
+            else:
+                masks[k * WARPS + w] = 0
+        if boxes == 0:
+            return
+        # alpha >= ALPHA_MIN  <=>  sigma <= log(opacity / ALPHA_MIN); widened so rounding never culls a ray
+        s_max = wp.log(wp.max(rec[6], float_t(1e-30)) / float_t(ALPHA_MIN))
+        s_max = s_max + float_t(SIGMA_MARGIN) * (float_t(1.0) + wp.abs(s_max))
+        bi = band_i[tile_band[tile]]
+        cw = bi[2] / WARP_BLOCK_COLS  # columns of a warp's block
+        rw = 32 / cw  # rows of a warp's block
+        step = float_t(TWO_PI) / float_t(columns)
+        per_step = float_t(columns) * float_t(INV_TWO_PI)
+        jc = float_t(0.5) * float_t(cw - 1)
+        # exact rows, or whole rows for a splat too wide for the one-wrap test (conservative)
+        exact = ea <= float_t(WIDE) and rec[2] > float_t(0.0) and s_max >= float_t(0.0)
+        while boxes != 0:  # the warps in turn: as many rounds as the busiest thread has warps
+            w = lowest_bit(boxes)
+            boxes = boxes & (boxes - 1)
+            bits = int(0)
+            wr = w / WARP_BLOCK_COLS
+            kc = (tile - bi[3]) * bi[2] + (w - wr * WARP_BLOCK_COLS) * cw  # sweep column of the warp's first column
+            j_end = wp.min(cw, columns - kc)  # columns past the sweep's last have no ray
+            # offset of the splat from the warp's middle column's azimuth, before the channel's offset
+            d_mid = rec[0] - step * (float_t(kc) + jc)
+            d_mid = d_mid - float_t(TWO_PI) * wp.floor((d_mid + float_t(PI)) * float_t(INV_TWO_PI))
+            # rows beyond the splat's elevation reach see nothing (as the binning and the box test
+            # hold): from the first row at or above rec[1] - ee (a bisection: rows ascend in
+            # elevation) to the last at or below rec[1] + ee
+            slot0 = bi[0] + wr * rw
+            n_rows = wp.min(rw, bi[1] - wr * rw)
+            r_lo = int(0)
+            r_hi = n_rows
+            while r_lo < r_hi:
+                mid = (r_lo + r_hi) / 2
+                if slot_f[slot0 + mid][1] < rec[1] - ee:
+                    r_lo = mid + 1
+                else:
+                    r_hi = mid
+            for rr in range(r_lo, n_rows):
+                cf = slot_f[slot0 + rr]
+                de = rec[1] - cf[1]
+                if de < -ee or j_end <= 0 or s_max < float_t(0.0):
+                    break
+                j_lo = int(0)
+                j_hi = j_end - 1
+                if exact and warp_rect[tile, w][1] <= float_t(WIDE):
+                    # the offset from the row's middle ray (wrapped again: the channel's offset is small)
+                    dc = d_mid - cf[0]
+                    if dc >= float_t(PI):
+                        dc -= float_t(TWO_PI)
+                    elif dc < float_t(-PI):
+                        dc += float_t(TWO_PI)
+                    j_lo, j_hi = row_span(rec, s_max, de, dc, jc, per_step, j_end)
+                if j_lo <= j_hi:
+                    bits = bits | bit_span(rr * cw + j_lo, rr * cw + j_hi)
+            masks[k * WARPS + w] = bits
 
-    return count_tiles, emit_keys, warp_masks
+    return count_tiles, emit_keys, ray_masks
 
 
-count_tiles_f32, emit_keys_f32, warp_masks_f32 = make_binning_kernels(wp.float32)
-count_tiles_f64, emit_keys_f64, warp_masks_f64 = make_binning_kernels(wp.float64)
+count_tiles_f32, emit_keys_f32, ray_masks_f32 = make_binning_kernels(wp.float32)
+count_tiles_f64, emit_keys_f64, ray_masks_f64 = make_binning_kernels(wp.float64)
 
 
 @wp.kernel

@@ -3,15 +3,20 @@
 Specialised for the lidar rather than shared with the camera: a lidar ray carries no
 colour, so its state (transmittance, range and intensity sums) and the Gaussian record (one
 ``vec8``: alpha, elev, conic, range, opacity, intensity: one 32-byte gather) are small, and
-the kernels have their own register budget (``LAUNCH_BOUNDS_F32``, below). Each staged
-Gaussian also carries its warp mask (``lidar_binning.warp_masks``): a warp none of whose
-rays the splat can reach skips it with one warp-uniform branch (about 2 of the 8 warps
-of a block evaluate a typical Gaussian on the benchmark's street; each warp's rays are a
-compact block of the tile, ``lidar_binning.ray_of_lane``). Each pass takes a ballot over
-32 entries' masks at a time and visits only the marked entries, instead of testing every
-entry in turn (measured on an H200: 4-8% off the backward; once the warps were blocks and
-fewer entries marked, at 5M Gaussians the forward 1.56 -> 1.23 ms and the chunk
-transmittance 1.66 -> 1.22 ms).
+the kernels have their own register budget (``LAUNCH_BOUNDS_F32``, below).
+
+Each thread walks only its own ray's (ray, Gaussian) pairs. The binning's ray masks
+(``lidar_binning.ray_masks``: per sorted entry and CUDA warp, a 32-bit set of the warp's rays
+that may see the splat, conservative and nearly exact) are staged with each batch; a warp
+takes 32 entries (a *window*) at a time, transposes their 32 masks across its lanes
+(``warp_transpose_bits``: five shuffles), and each lane then visits only the entries its bit
+marks, front to back (back to front in the backward). A warp thus steps in a window as often
+as its busiest lane has pairs, not once per entry any of its rays might see: splats of a few
+cm against rays a few cm apart meet about 6 of a warp's 32 rays. On the benchmark's street at
+5M Gaussians that is 315 steps per ray in the forward instead of 738 evaluations (each by all
+32 lanes), and on an H200 (benchmarks/RESULTS.md, raster-lidar) the forward took 0.67 ms
+instead of 1.24, the chunk transmittance 0.77 instead of 1.21, and the backward 0.83 instead
+of 1.86 (its per-entry warp sums became per-pair vector atomics, below).
 
 Work layout (see ``warp_kernels.lidar_binning``): one block per *work item* (a chunk of
 at most L Gaussians of one tile's front-to-back list), one thread per ray of the tile
@@ -39,9 +44,12 @@ walks back from its own furthest ray). A tile cut into several chunks gives the 
    expected range and intensity (the sums over the hit probability).
 
 The backward walks each chunk back to front (as the camera's does), starting from the
-chunk's final T and from the sums of the chunks behind it, and on CUDA sums each
-Gaussian's eight gradients over the 32 rays of a warp with one transposed butterfly
-(``warp_sum8``: 9 shuffles) before one atomic instruction adds them.
+chunk's final T and from the sums of the chunks behind it. Its lanes are at different
+entries at each step, so there is no sum over the warp per entry: each pair adds its
+eight record gradients with two 16-byte vector atomics (``add8_f32``; per entry and warp
+about 6 pairs). At 5M Gaussians, summing per entry in shared memory first took 3.5 ms
+(shared memory has no float atomic add: a compare-and-swap loop), and the warp-per-entry walk
+with warp sums (``warp_sum8``: 9 shuffles, one atomic instruction per entry) 1.9-2.1 ms.
 Before it, ``lidar_output_grads`` (one thread per ray) turns the gradients of the
 expected range and intensity into gradients of the sums and the hit probability, and passes
 the median range's gradient to the median Gaussian's range (which Gaussian is chosen is
@@ -57,30 +65,27 @@ from typing import Any
 import warp as wp
 
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN
-from warp_kernels.lidar_binning import TILE_RAYS, lane_of_ray, ray_of_lane
+from warp_kernels.lidar_binning import TILE_RAYS, WARPS, lane_of_ray, ray_of_lane
 from warp_kernels.modules import variant_module
-from warp_kernels.warp_lanes import (lane_id, lowest_bit, on_cuda, warp_any, warp_ballot, warp_max_i32, warp_sum8_f32,
-                                     warp_sum8_f64, warp_width)
+from warp_kernels.warp_lanes import (add8_f32, add8_f64, lane_id, lowest_bit, on_cuda, warp_any, warp_max_i32,
+                                     warp_transpose_bits, warp_width)
 
 # fast_math: __expf in the compositing loops (the twin tests bound the difference)
 wp.set_module_options({"enable_backward": False, "fast_math": True})
 
 BATCH = TILE_RAYS  # Gaussians staged in shared memory at a time (one gather per thread)
+MASK_WORDS = BATCH * WARPS  # ray-mask words of a batch (one per entry and warp)
 MEDIAN_T = 0.5  # the median return: where the accumulated opacity 1 - T reaches 0.5
 
-# Register budget of the float32 per-item kernels: ``__launch_bounds__(256, 4)`` (four
-# 256-thread blocks per SM, hence at most 65536 / 1024 = 64 registers: 32 warps, 50%
-# occupancy), and no grid-stride loop (``grid_stride=False``: a tiled launch has one block
-# per item anyway; the loop alone cost the backward 16 registers). Measured from the sm_90
-# cubins' resource attributes (benchmarks/raster_lidar.py --registers; the tests check it):
-# unbounded, forward 56, chunk_transmittance 56 and backward 72 registers, no stack;
-# bounded, forward 64 and transmittance 56 with no stack, backward 64 with an 8-byte stack
-# frame (one spilled loop-invariant, L1-resident). ``cuda_max_registers=64`` (``__maxnreg__``)
-# was worse for the backward: a 24-byte frame. Measured on an H200 (benchmarks/RESULTS.md,
-# raster-lidar): unbounded was faster at 1M Gaussians (fwd+bwd 5.22 against 6.12 ms) and
-# equal at 5M, so no bound is the default; NUREC_LIDAR_MIN_BLOCKS (blocks per SM; 0 = no
-# bound) sets one at import (benchmarks/raster_lidar.py --min-blocks). The float64 kernels
-# (CPU gradcheck) are unbounded.
+# Register budget of the float32 per-item kernels: at most 64 registers (four 256-thread
+# blocks per SM: 32 warps, 50% occupancy), and no grid-stride loop (``grid_stride=False``: a
+# tiled launch has one block per item anyway; the loop alone cost the backward 16 registers).
+# Measured from the sm_90 cubins' resource attributes (benchmarks/raster_lidar.py --registers;
+# the tests check it): forward 64, chunk_transmittance 56 and backward 56 registers, no stack,
+# without launch bounds. (Earlier kernels needed more, and ``__launch_bounds__(256, 4)`` made the
+# backward spill; unbounded was as fast or faster.) No bound is the default; NUREC_LIDAR_MIN_BLOCKS
+# (blocks per SM; 0 = no bound) sets one at import (benchmarks/raster_lidar.py --min-blocks). The
+# float64 kernels (CPU gradcheck) are unbounded.
 MIN_BLOCKS_PER_SM = int(os.environ.get("NUREC_LIDAR_MIN_BLOCKS", "0"))
 LAUNCH_BOUNDS_F32 = (TILE_RAYS, MIN_BLOCKS_PER_SM) if MIN_BLOCKS_PER_SM > 0 else None
 
@@ -101,29 +106,19 @@ def warp_index(lane: int) -> int:
 
 
 @wp.func
-def warp_entries_from_end(t_bits: Any, first: int, n: int, lane: int):
-    """The backward's entries for this warp among the batch's last positions first ..
-    first + warp_width() - 1 (counted from the end of the batch's n entries), as a
-    warp-uniform bit set: bit l where entry n - 1 - (first + l) may reach one of the warp's
-    rays (its warp mask). The warp visits only these (lowest bit first) instead of testing
-    every entry in turn: about 2 of a block's 8 warps can see a typical Gaussian."""
+def window_hits(t_masks: Any, first: int, n: int, lane: int):
+    """The entries first .. first + warp_width() - 1 of the batch (of n) that may reach this
+    thread's ray, as a bit set (bit e: entry first + e), from the warp's row of ray masks.
+    CUDA: the warp's 32 entries' masks (bit r: ray r of the warp) transposed across the warp
+    (skipped, 0 in every lane, when none of the 32 reaches the warp). Reached by all 32 lanes."""
     e = first + lane_id()
-    pred = int(0)
+    h = int(0)
     if e < n:
-        pred = (wp.tile_extract(t_bits, n - 1 - e) >> warp_index(lane)) & 1
-    return warp_ballot(pred)
-
-
-@wp.func
-def warp_entries_from_start(t_bits: Any, first: int, n: int, lane: int):
-    """The forward's entries for this warp among the batch's positions first ..
-    first + warp_width() - 1, as a warp-uniform bit set (bit l: entry first + l may reach one
-    of the warp's rays). Front to back, lowest bit first."""
-    e = first + lane_id()
-    pred = int(0)
-    if e < n:
-        pred = (wp.tile_extract(t_bits, e) >> warp_index(lane)) & 1
-    return warp_ballot(pred)
+        h = wp.tile_extract(t_masks, e * WARPS + warp_index(lane))
+    mine = int(0)
+    if warp_any(h) != 0:
+        mine = warp_transpose_bits(h, lane)
+    return mine
 
 
 @wp.func
@@ -140,7 +135,7 @@ def ray_of(tile: int, lane: int, tile_band: wp.array(dtype=int), band_i: wp.arra
     return ch, k
 
 
-def make_raster_kernels(float_t, warp_sum8, launch_bounds):
+def make_raster_kernels(float_t, add8, launch_bounds):
     """The five rasterization kernels for one float type.
 
     Launched tiled: ``wp.launch_tiled(dim=[max_items], block_dim=TILE_RAYS)`` for the
@@ -186,7 +181,7 @@ def make_raster_kernels(float_t, warp_sum8, launch_bounds):
         columns: int,
         ids: wp.array(dtype=wp.int32),  # [M] sorted Gaussian indices
         splats: wp.array(dtype=vec8),  # [N]
-        warp_masks: wp.array(dtype=wp.int32),  # [M] per sorted entry: bit w = warp w's rays may see it
+        ray_masks: wp.array(dtype=wp.int32),  # [M * WARPS] per sorted entry and warp: bit l = lane l's ray may see it
         chunk_P: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] out: prod (1 - alpha) over the chunk
     ):
         item, lane = wp.tid()
@@ -212,24 +207,26 @@ def make_raster_kernels(float_t, warp_sum8, launch_bounds):
             t_ids = wp.tile_load(ids, shape=BATCH, offset=base, storage="shared")
             t_rec = wp.tile_load_indexed(splats, indices=t_ids, shape=(BATCH,), axis=0, storage="shared")
             n_b = wp.min(BATCH, end - base)
-            t_bits = wp.tile_load(warp_masks, shape=BATCH, offset=base, storage="shared")
+            t_masks = wp.tile_load(ray_masks, shape=MASK_WORDS, offset=base * WARPS, storage="shared")
             nw = warp_width()
             for c in range((n_b + nw - 1) // nw):
                 if warp_any(1 - done) == 0:
                     break  # a CUDA warp leaves the batch as soon as its 32 rays are saturated
-                # a warp's width of entries at a time, visiting only those its mask marks
-                bits = warp_entries_from_start(t_bits, c * nw, n_b, lane)
-                while bits != 0:
-                    kk = c * nw + lowest_bit(bits)
-                    bits = bits & (bits - 1)
-                    if done == 0:
-                        rec = wp.tile_extract(t_rec, kk)
-                        da, de, sigma = splat_sigma(rec, ray_az, ray_el)
-                        alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
-                        if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
-                            P *= float_t(1.0) - alpha
-                            if P <= float_t(T_MIN):
-                                done = 1
+                # a warp's width of entries at a time; each thread visits only those its ray mask marks
+                mine = window_hits(t_masks, c * nw, n_b, lane)
+                if done != 0:
+                    mine = 0
+                while mine != 0:
+                    kk = c * nw + lowest_bit(mine)
+                    mine = mine & (mine - 1)
+                    rec = wp.tile_extract(t_rec, kk)
+                    da, de, sigma = splat_sigma(rec, ray_az, ray_el)
+                    alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
+                    if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
+                        P *= float_t(1.0) - alpha
+                        if P <= float_t(T_MIN):
+                            done = 1
+                            mine = 0
         if ch >= 0:
             chunk_P[item, lane] = P
 
@@ -244,7 +241,7 @@ def make_raster_kernels(float_t, warp_sum8, launch_bounds):
         columns: int,
         ids: wp.array(dtype=wp.int32),  # [M]
         splats: wp.array(dtype=vec8),  # [N]
-        warp_masks: wp.array(dtype=wp.int32),  # [M]
+        ray_masks: wp.array(dtype=wp.int32),  # [M * WARPS]
         chunk_P: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] from chunk_transmittance
         # outputs, per (item, ray of its tile)
         part_T: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] T after the chunk; -1: the walk stopped before it
@@ -281,31 +278,33 @@ def make_raster_kernels(float_t, warp_sum8, launch_bounds):
             t_ids = wp.tile_load(ids, shape=BATCH, offset=base, storage="shared")
             t_rec = wp.tile_load_indexed(splats, indices=t_ids, shape=(BATCH,), axis=0, storage="shared")
             n_b = wp.min(BATCH, end - base)
-            t_bits = wp.tile_load(warp_masks, shape=BATCH, offset=base, storage="shared")
+            t_masks = wp.tile_load(ray_masks, shape=MASK_WORDS, offset=base * WARPS, storage="shared")
             nw = warp_width()
             for c in range((n_b + nw - 1) // nw):
                 if warp_any(1 - done) == 0:
                     break
-                bits = warp_entries_from_start(t_bits, c * nw, n_b, lane)
-                while bits != 0:
-                    kk = c * nw + lowest_bit(bits)
-                    bits = bits & (bits - 1)
-                    if done == 0:
-                        rec = wp.tile_extract(t_rec, kk)
-                        da, de, sigma = splat_sigma(rec, ray_az, ray_el)
-                        alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
-                        if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
-                            next_T = T * (float_t(1.0) - alpha)
-                            if next_T <= float_t(T_MIN):
-                                done = 1
-                            else:
-                                w = alpha * T
-                                rng += w * rec[5]
-                                inten += w * rec[7]
-                                if T > float_t(MEDIAN_T) and next_T <= float_t(MEDIAN_T):
-                                    med = wp.tile_extract(t_ids, kk)
-                                T = next_T
-                                last = base + kk + 1
+                mine = window_hits(t_masks, c * nw, n_b, lane)
+                if done != 0:
+                    mine = 0
+                while mine != 0:
+                    kk = c * nw + lowest_bit(mine)
+                    mine = mine & (mine - 1)
+                    rec = wp.tile_extract(t_rec, kk)
+                    da, de, sigma = splat_sigma(rec, ray_az, ray_el)
+                    alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
+                    if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
+                        next_T = T * (float_t(1.0) - alpha)
+                        if next_T <= float_t(T_MIN):
+                            done = 1
+                            mine = 0
+                        else:
+                            w = alpha * T
+                            rng += w * rec[5]
+                            inten += w * rec[7]
+                            if T > float_t(MEDIAN_T) and next_T <= float_t(MEDIAN_T):
+                                med = wp.tile_extract(t_ids, kk)
+                            T = next_T
+                            last = base + kk + 1
         if ch >= 0:
             if started:
                 part_T[item, lane] = T
@@ -431,7 +430,7 @@ def make_raster_kernels(float_t, warp_sum8, launch_bounds):
         columns: int,
         ids: wp.array(dtype=wp.int32),  # [M]
         splats: wp.array(dtype=vec8),  # [N]
-        warp_masks: wp.array(dtype=wp.int32),  # [M]
+        ray_masks: wp.array(dtype=wp.int32),  # [M * WARPS]
         tile_items: wp.array(dtype=wp.vec2i),  # [T]
         part_T: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] from the forward
         part_range: wp.array2d(dtype=float_t),
@@ -478,17 +477,23 @@ def make_raster_kernels(float_t, warp_sum8, launch_bounds):
             t_ids = wp.tile_load(ids, shape=BATCH, offset=base, storage="shared")
             t_rec = wp.tile_load_indexed(splats, indices=t_ids, shape=(BATCH,), axis=0, storage="shared")
             count = batch_end - base
-            t_bits = wp.tile_load(warp_masks, shape=BATCH, offset=base, storage="shared")
+            t_masks = wp.tile_load(ray_masks, shape=MASK_WORDS, offset=base * WARPS, storage="shared")
             # entries at or past warp_last are beyond every ray of the warp: skipped whole. Back to
-            # front, a warp's width of entries at a time, visiting only those its mask marks
+            # front, a warp's width of entries at a time (window entry j: the batch's entry
+            # count - 1 - (first + c * nw + j)); each lane walks only those its ray mask marks
             first = wp.clamp(batch_end - warp_last, 0, count)
             for c in range((count - first + nw - 1) // nw):
-                bits = warp_entries_from_end(t_bits, first + c * nw, count, lane)
-                while bits != 0:
-                    kx = count - 1 - (first + c * nw + lowest_bit(bits))
-                    bits = bits & (bits - 1)
-                    active = int(0)
-                    d = vec8()
+                e_own = count - 1 - (first + c * nw + lane_id())  # this lane's entry of the window (CUDA)
+                h = int(0)
+                if e_own >= 0:
+                    h = wp.tile_extract(t_masks, e_own * WARPS + warp_index(lane))
+                if warp_any(h) == 0:
+                    continue
+                mine = warp_transpose_bits(h, lane)
+                while mine != 0:
+                    j = lowest_bit(mine)
+                    mine = mine & (mine - 1)
+                    kx = count - 1 - (first + c * nw + j)
                     if base + kx < last:
                         rec = wp.tile_extract(t_rec, kx)
                         da, de, sigma = splat_sigma(rec, ray_az, ray_el)
@@ -496,7 +501,6 @@ def make_raster_kernels(float_t, warp_sum8, launch_bounds):
                         raw = rec[6] * g
                         alpha = wp.min(float_t(ALPHA_MAX), raw)
                         if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
-                            active = 1
                             one_minus = float_t(1.0) - alpha
                             T = T / one_minus  # transmittance in front of this Gaussian
                             w = alpha * T
@@ -505,7 +509,6 @@ def make_raster_kernels(float_t, warp_sum8, launch_bounds):
                                    + g_hit / one_minus)
                             behind_rng += rec[5] * w
                             behind_int += rec[7] * w
-                            d_rng = g_rng * w
                             d_op = float_t(0.0)
                             d_sigma = float_t(0.0)
                             if raw < float_t(ALPHA_MAX):
@@ -513,24 +516,18 @@ def make_raster_kernels(float_t, warp_sum8, launch_bounds):
                                 d_sigma = -d_a * alpha
                             d = vec8((rec[2] * da + rec[3] * de) * d_sigma, (rec[3] * da + rec[4] * de) * d_sigma,
                                      float_t(0.5) * da * da * d_sigma, da * de * d_sigma, float_t(0.5) * de * de * d_sigma,
-                                     d_rng, d_op, g_int * w)
-                    if warp_any(active) != 0:
-                        i = wp.tile_extract(t_ids, kx)
-                        if on_cuda() != 0:
-                            # the eight sums over the warp land in lanes 0, 4, .., 28 (record field lane / 4):
-                            # one atomic instruction adds them
-                            s = warp_sum8(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7])
-                            l32 = lane_id()
-                            if l32 & 3 == 0:
-                                wp.atomic_add(grad_splats, i * 8 + (l32 >> 2), s)
-                        else:  # on the CPU every thread is a warp of its own
-                            for f in range(8):
-                                wp.atomic_add(grad_splats, i * 8 + f, d[f])
+                                     g_rng * w, d_op, g_int * w)
+                            i = wp.tile_extract(t_ids, kx)
+                            if on_cuda() != 0:
+                                add8(grad_splats, i, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7])
+                            else:  # on the CPU every thread is a warp of its own
+                                for f in range(8):
+                                    wp.atomic_add(grad_splats, i * 8 + f, d[f])
 
     return chunk_transmittance, lidar_forward, lidar_merge, lidar_output_grads, lidar_backward
 
 
 (chunk_transmittance_f32, lidar_forward_f32, lidar_merge_f32, lidar_output_grads_f32,
- lidar_backward_f32) = make_raster_kernels(wp.float32, warp_sum8_f32, LAUNCH_BOUNDS_F32)
+ lidar_backward_f32) = make_raster_kernels(wp.float32, add8_f32, LAUNCH_BOUNDS_F32)
 (chunk_transmittance_f64, lidar_forward_f64, lidar_merge_f64, lidar_output_grads_f64,
- lidar_backward_f64) = make_raster_kernels(wp.float64, warp_sum8_f64, None)
+ lidar_backward_f64) = make_raster_kernels(wp.float64, add8_f64, None)

@@ -195,3 +195,68 @@ return b < 32 ? b : -1;
 def lowest_bit(m: int) -> int:
     """Index of the lowest set bit of m (-1 when m is 0)."""
     ...
+
+
+# A 32 x 32 bit matrix transposed across the warp: lane l holds row l, and ends up holding
+# column l. Five butterfly steps; at step s a lane swaps, with lane l ^ s, the s-bit groups
+# where the row's and the column's bit s differ (the off-diagonal blocks of each 2s x 2s block).
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+const unsigned all = 0xffffffffu;
+const int l = threadIdx.x & 31;
+unsigned x = (unsigned)h, y;
+y = __shfl_xor_sync(all, x, 16);
+x = (l & 16) ? ((x & 0xFFFF0000u) | (y >> 16)) : ((x & 0x0000FFFFu) | (y << 16));
+y = __shfl_xor_sync(all, x, 8);
+x = (l & 8) ? ((x & 0xFF00FF00u) | ((y >> 8) & 0x00FF00FFu)) : ((x & 0x00FF00FFu) | ((y << 8) & 0xFF00FF00u));
+y = __shfl_xor_sync(all, x, 4);
+x = (l & 4) ? ((x & 0xF0F0F0F0u) | ((y >> 4) & 0x0F0F0F0Fu)) : ((x & 0x0F0F0F0Fu) | ((y << 4) & 0xF0F0F0F0u));
+y = __shfl_xor_sync(all, x, 2);
+x = (l & 2) ? ((x & 0xCCCCCCCCu) | ((y >> 2) & 0x33333333u)) : ((x & 0x33333333u) | ((y << 2) & 0xCCCCCCCCu));
+y = __shfl_xor_sync(all, x, 1);
+x = (l & 1) ? ((x & 0xAAAAAAAAu) | ((y >> 1) & 0x55555555u)) : ((x & 0x55555555u) | ((y << 1) & 0xAAAAAAAAu));
+return (int)x;
+#else
+return (int)((((unsigned)h) >> (lane & 31)) & 1u);
+#endif
+""")
+def warp_transpose_bits(h: int, lane: int) -> int:
+    """CUDA: lane l passes row l of a 32 x 32 bit matrix (bit r: entry l meets ray r of the warp) and gets
+    column l (bit e: entry e meets this lane's ray). Reached by all 32 lanes. CPU (a warp of one thread
+    and one entry): bit ``lane % 32`` of h, in bit 0."""
+    ...
+
+
+# Eight record gradients added to global memory as two 16-byte vector reductions (sm_90:
+# ``atomicAdd`` on float4 compiles to one RED.128 each) instead of eight 4-byte ones: per
+# (ray, Gaussian) pair, where a warp-wide sum is not possible (each lane at its own entry).
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+float* p = ((float*)a.data) + i * 8;
+#if __CUDA_ARCH__ >= 900
+atomicAdd((float4*)p, make_float4(a0, a1, a2, a3));
+atomicAdd((float4*)(p + 4), make_float4(a4, a5, a6, a7));
+#else
+atomicAdd(p, a0); atomicAdd(p + 1, a1); atomicAdd(p + 2, a2); atomicAdd(p + 3, a3);
+atomicAdd(p + 4, a4); atomicAdd(p + 5, a5); atomicAdd(p + 6, a6); atomicAdd(p + 7, a7);
+#endif
+#endif
+""")
+def add8_f32(a: wp.array(dtype=wp.float32), i: int, a0: wp.float32, a1: wp.float32, a2: wp.float32,
+             a3: wp.float32, a4: wp.float32, a5: wp.float32, a6: wp.float32, a7: wp.float32):
+    """CUDA: a[8 i + f] += a{f} for f = 0..7, atomically (a's data 16-byte aligned). CPU: nothing
+    (the kernels add with ``wp.atomic_add`` there)."""
+    ...
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+double* p = ((double*)a.data) + i * 8;
+atomicAdd(p, a0); atomicAdd(p + 1, a1); atomicAdd(p + 2, a2); atomicAdd(p + 3, a3);
+atomicAdd(p + 4, a4); atomicAdd(p + 5, a5); atomicAdd(p + 6, a6); atomicAdd(p + 7, a7);
+#endif
+""")
+def add8_f64(a: wp.array(dtype=wp.float64), i: int, a0: wp.float64, a1: wp.float64, a2: wp.float64,
+             a3: wp.float64, a4: wp.float64, a5: wp.float64, a6: wp.float64, a7: wp.float64):
+    """float64 ``add8_f32`` (eight scalar atomics: no vector form)."""
+    ...

@@ -56,6 +56,7 @@ class LidarTiles:
     band_f: torch.Tensor  # [B, 4] float: (elevation lo, hi, s*offset lo, hi) of the band's channels, rad
     tile_band: torch.Tensor  # [T] int32: band of each tile
     warp_rect: torch.Tensor  # [T, 8, 4] float: each CUDA warp's ray box (azimuth centre, half-width, elev lo, hi)
+    slot_f: torch.Tensor  # [C, 2] float: (s * azimuth offset, elevation) of each slot (``channel_f`` by slot)
     num_tiles: int
 
     def to(self, device: torch.device | str, dtype: torch.dtype) -> "LidarTiles":
@@ -67,7 +68,7 @@ class LidarTiles:
             return t.to(device=device, dtype=dtype).contiguous()
 
         return LidarTiles(self.bands, i(self.channel_order), i(self.channel_rank), i(self.slot_band), i(self.band_i),
-                          f(self.band_f), i(self.tile_band), f(self.warp_rect), self.num_tiles)
+                          f(self.band_f), i(self.tile_band), f(self.warp_rect), f(self.slot_f), self.num_tiles)
 
 
 def plan_bands(elevation_sorted: Sequence[float], columns: int,
@@ -83,7 +84,7 @@ def plan_bands(elevation_sorted: Sequence[float], columns: int,
     box touches, and square tiles are touched by the fewest splats per unit of area, which
     keeps the duplicated (tile, Gaussian) keys down. A fixed int uses that many channels
     per band. Measured on the benchmark's street (128 x 2048 rays, 1M Gaussians), as keys
-    to sort / ray evaluations after the warp masks: auto 1.44M / 114M, 4 rows 1.91M / 160M,
+    to sort / ray evaluations after the warps' box test: auto 1.44M / 114M, 4 rows 1.91M / 160M,
     8 rows 1.52M / 161M, 16 rows 1.41M / 108M, 32 rows 1.59M / 89M; which of the two costs
     weighs more is for GPU timing to say (benchmarks/raster_lidar.py --band-rows).
     """
@@ -143,7 +144,8 @@ def build_tiles(elevation: torch.Tensor,  # [C] rad
     i32 = dict(dtype=torch.int32, device=device)
     return LidarTiles(bands, order.to(**i32), rank.to(**i32), torch.tensor(slot_band, **i32),
                       torch.tensor(band_i, **i32), torch.tensor(band_f, dtype=torch.float64, device=device),
-                      torch.tensor(tile_band, **i32), torch.cat(warp_rect).to(device), tile)
+                      torch.tensor(tile_band, **i32), torch.cat(warp_rect).to(device),
+                      torch.stack((off[order], el[order]), -1).to(device), tile)
 
 
 def lane_rays(cols: int) -> tuple[torch.Tensor, torch.Tensor]:  # [TILE_RAYS] each
@@ -420,7 +422,7 @@ def _kernels(dtype: torch.dtype) -> dict:
         raise ValueError(f"Gaussians must be float32 or float64, got {dtype}")
     return {"project": getattr(kproj, f"project_lidar_{s}"), "project_bwd": getattr(kproj, f"project_lidar_backward_{s}"),
             "count": getattr(kbin, f"count_tiles_{s}"),
-            "emit": getattr(kbin, f"emit_keys_{s}"), "masks": getattr(kbin, f"warp_masks_{s}"),
+            "emit": getattr(kbin, f"emit_keys_{s}"), "masks": getattr(kbin, f"ray_masks_{s}"),
             "trans": getattr(kraster, f"chunk_transmittance_{s}"), "fwd": getattr(kraster, f"lidar_forward_{s}"),
             "merge": getattr(kraster, f"lidar_merge_{s}"), "out_grads": getattr(kraster, f"lidar_output_grads_{s}"),
             "bwd": getattr(kraster, f"lidar_backward_{s}")}
@@ -444,7 +446,8 @@ class LidarBins:
     extents: torch.Tensor  # [N, 2] half-widths in (alpha, elev); 0 where culled
     ids: torch.Tensor  # [2 * capacity] int32: Gaussian indices sorted by (tile, range); the first `total` valid
     tile_ranges: torch.Tensor  # [T, 2] int32: each tile's [start, end) in ids
-    warp_masks: torch.Tensor  # [capacity] int32: per sorted entry, bit w = warp w of the tile's block may see it
+    ray_masks: torch.Tensor  # [capacity * WARPS] int32: word w of sorted entry k (at k * WARPS + w), bit l = lane l
+    # of CUDA warp w of the tile's block may see it
     items: torch.Tensor  # [I, 4] int32: (tile, start, end, chunk index) of each work item
     tile_items: torch.Tensor  # [T, 2] int32: (first item, number of items) of each tile
     num_items: torch.Tensor  # [1] int32: valid rows of items
@@ -503,7 +506,7 @@ def bin_lidar(
     max_items = kbin.max_work_items(T, capacity, fixed_chunk, chunk_of_mean)
     keys = torch.empty(2 * capacity, dtype=torch.int32, device=device)
     ids = torch.empty(2 * capacity, dtype=torch.int32, device=device)
-    masks = torch.empty(capacity, dtype=torch.int32, device=device)
+    masks = torch.empty(capacity * kbin.WARPS, dtype=torch.int32, device=device)
     item_counts = torch.empty(T, dtype=torch.int32, device=device)
     item_offsets = torch.empty(T, dtype=torch.int32, device=device)
     chunk = torch.empty(1, dtype=torch.int32, device=device)
@@ -516,8 +519,8 @@ def bin_lidar(
     wp.utils.radix_sort_pairs(warp_view(keys), warp_view(ids), capacity, end_bit=31)
     overflow = torch.empty(1, dtype=torch.bool, device=device)
     launch(kbin.tile_ranges, capacity, [keys, total, capacity, rb], [ranges, overflow], device=wdev)
-    launch(k["masks"], capacity, [keys, ids, total, capacity, rb, splats, extents, tiles.warp_rect], [masks],
-           device=wdev)
+    launch(k["masks"], capacity, [keys, ids, total, capacity, rb, splats, extents, tiles.warp_rect, tiles.tile_band,
+                                   tiles.band_i, tiles.slot_f, W], [masks], device=wdev)
     launch(kbin.count_items, T, [ranges, total, capacity, fixed_chunk, *chunk_of_mean], [chunk, item_counts],
            device=wdev)
     torch.cumsum(item_counts, 0, dtype=torch.int32, out=item_offsets)
@@ -585,7 +588,7 @@ class _RenderLidar(torch.autograd.Function):
         range_, intensity = torch.empty(C, W, dtype=dtype, device=device), torch.empty(C, W, dtype=dtype, device=device)
         wdev = warp_device(device)
         layout = [items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W, values,
-                  splats, bins.warp_masks]
+                  splats, bins.ray_masks]
         launch(k["trans"], [max_items], layout, [chunk_P], device=wdev, block_dim=TILE_RAYS, tiled=True)
         launch(k["fwd"], [max_items], layout + [chunk_P], [part_T, part_range, part_int, part_last, median_id],
                device=wdev, block_dim=TILE_RAYS, tiled=True)
@@ -593,7 +596,7 @@ class _RenderLidar(torch.autograd.Function):
                                     part_range, part_int, median_id, splats, float(settings.min_hit)],
                [range_sum, int_sum, hit, T_final, median, range_, intensity], device=wdev, block_dim=TILE_RAYS)
 
-        ctx.save_for_backward(means, quats, scales, opacities, intensities, splats, values, bins.warp_masks, items,
+        ctx.save_for_backward(means, quats, scales, opacities, intensities, splats, values, bins.ray_masks, items,
                               num_items, tile_items, part_T, part_range, part_int, part_last, median_id, T_final,
                               range_sum, int_sum)
         ctx.lidar, ctx.channel_f, ctx.min_hit = lidar, channel_f, float(settings.min_hit)
@@ -606,7 +609,7 @@ class _RenderLidar(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_range_sum, g_int_sum, g_hit, g_median, g_range, g_intensity, *_):
-        (means, quats, scales, opacities, intensities, splats, values, warp_masks, items, num_items, tile_items,
+        (means, quats, scales, opacities, intensities, splats, values, ray_masks, items, num_items, tile_items,
          part_T, part_range, part_int, part_last, median_id, T_final, range_sum, int_sum) = ctx.saved_tensors
         lidar, channel_f = ctx.lidar, ctx.channel_f
         dtype, device = means.dtype, means.device
@@ -628,7 +631,7 @@ class _RenderLidar(torch.autograd.Function):
         g_opacities, g_intensities = torch.empty_like(opacities), torch.empty_like(intensities)
         launch(k["bwd"], [items.shape[0]],
                [items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W, values, splats,
-                warp_masks, tile_items, part_T, part_range, part_int, part_last, T_final, *grads],
+                ray_masks, tile_items, part_T, part_range, part_int, part_last, T_final, *grads],
                [g_splats.view(-1)], device=wdev, block_dim=TILE_RAYS, tiled=True)
         if n:  # the projection's hand-written backward, fed the records' gradients
             lo, hi = lidar.elevation_clamp

@@ -1,6 +1,7 @@
-"""benchmarks/lidar_work.py: its pair counts keep their order (the warp masks are conservative), and
-the transmittance pass's work after the rays' stops is counted where rays stop early."""
+"""benchmarks/lidar_work.py: its pair counts keep their order (the ray masks are conservative: no
+hit is missed), and the transmittance pass's work after the rays' stops is counted where rays stop early."""
 
+import pytest
 import torch
 
 from benchmarks.lidar_work import work_counts
@@ -8,14 +9,16 @@ from render.test_lidar_render import make_gaussians, make_lidar, street_lidar, s
 
 
 def _check_order(c: dict) -> None:
-    # the warp masks are conservative: every hit lies in a marked warp
-    assert 0 < c["needed"] <= c["hit"] <= c["marked"] <= c["list"], c
-    assert c["needed"] <= c["forward"] <= c["marked"], c
+    # the ray masks are conservative: every hit has its ray's bit, so lies in a marked warp
+    assert c["missed"] == 0, c
+    assert 0 < c["needed"] <= c["hit"] <= c["masked"] <= c["marked"] <= c["list"], c
+    assert c["needed"] <= c["forward"], c
     assert c["transmittance_after_stop"] <= c["transmittance"], c
 
 
-def test_street_counts():
-    c = work_counts(street_scene(20000, seed=0, dtype=torch.float64), street_lidar(16, 256, dtype=torch.float64))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_street_counts(dtype):
+    c = work_counts(street_scene(20000, seed=0, dtype=dtype), street_lidar(16, 256, dtype=dtype))
     _check_order(c)
     assert c["rays"] == 16 * 256
 
@@ -32,5 +35,22 @@ def test_transmittance_after_the_stops_on_opaque_shells():
     whole = work_counts(params, lidar, chunk=10 ** 6)
     _check_order(whole)
     assert whole["items"] <= lidar.tiles.num_tiles and whole["transmittance"] == 0, whole
-    same = ("list", "marked", "hit", "needed")  # the chunks change neither the lists nor the rays' walks
+    same = ("list", "marked", "masked", "hit", "needed")  # the chunks change neither the lists nor the rays' walks
     assert {k: whole[k] for k in same} == {k: c[k] for k in same}
+
+
+@pytest.mark.parametrize("band_rows, columns, size, near, far", [
+    (4, 1000, 0.05, 3.0, 11.0),  # small splats; 4-row bands: warps of 2 rows x 16 columns; the last tile part empty
+    (32, 96, 0.05, 3.0, 11.0),  # 32-row bands (16 rows x 2 columns a warp, the bisection over rows)
+    (4, 200, 0.3, 3.0, 11.0),  # few columns: warps wider than WIDE (whole rows)
+    (8, 256, 1.5, 0.6, 2.5),  # near, large splats: wider than WIDE, whole rows
+])
+def test_ray_masks_never_miss_a_hit(band_rows, columns, size, near, far):
+    """The ray masks are conservative on a moving lidar with uneven channels in any order and per-channel
+    azimuth offsets (splats across the sweep's seam too), in float32 (fast-math tests, rounding), and tight
+    where the exact row test applies."""
+    params = make_gaussians(600, torch.float32, seed=3, near=near, far=far, size=size)
+    c = work_counts(params, make_lidar(torch.float32, band_rows=band_rows, channels=32, columns=columns), chunk=10 ** 6)
+    _check_order(c)
+    if size <= 0.05:
+        assert c["masked"] <= 1.2 * c["hit"], c
