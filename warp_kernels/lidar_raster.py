@@ -106,11 +106,12 @@ def warp_index(lane: int) -> int:
 
 
 @wp.func
-def window_hits(t_masks: Any, first: int, n: int, lane: int):
+def window_hits(t_masks: Any, first: int, n: int, lane: int, done: int):
     """The entries first .. first + warp_width() - 1 of the batch (of n) that may reach this
-    thread's ray, as a bit set (bit e: entry first + e), from the warp's row of ray masks.
-    CUDA: the warp's 32 entries' masks (bit r: ray r of the warp) transposed across the warp
-    (skipped, 0 in every lane, when none of the 32 reaches the warp). Reached by all 32 lanes."""
+    thread's ray, as a bit set (bit e: entry first + e), from the warp's row of ray masks; 0
+    where the thread's walk is done. CUDA: the warp's 32 entries' masks (bit r: ray r of the
+    warp) transposed across the warp (skipped, 0 in every lane, when none of the 32 reaches the
+    warp). Reached by all 32 lanes."""
     e = first + lane_id()
     h = int(0)
     if e < n:
@@ -118,6 +119,8 @@ def window_hits(t_masks: Any, first: int, n: int, lane: int):
     mine = int(0)
     if warp_any(h) != 0:
         mine = warp_transpose_bits(h, lane)
+    if done != 0:
+        mine = 0
     return mine
 
 
@@ -170,6 +173,15 @@ def make_raster_kernels(float_t, add8, launch_bounds):
         da, de = offsets(rec, ray_az, ray_el)
         return da, de, float_t(0.5) * (rec[2] * da * da + rec[4] * de * de) + rec[3] * da * de
 
+    @wp.func(module=module)
+    def splat_alpha(rec: vec8, ray_az: float_t, ray_el: float_t):
+        """The splat's alpha on the ray, or 0 where the walk skips it (alpha < ALPHA_MIN)."""
+        da, de, sigma = splat_sigma(rec, ray_az, ray_el)
+        alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
+        if sigma < float_t(0.0) or alpha < float_t(ALPHA_MIN):
+            alpha = float_t(0.0)
+        return alpha
+
     @wp.kernel(module=module, launch_bounds=launch_bounds, grid_stride=False)
     def chunk_transmittance(
         items: wp.array(dtype=wp.vec4i),  # [I] (tile, start, end, chunk index)
@@ -213,16 +225,12 @@ def make_raster_kernels(float_t, add8, launch_bounds):
                 if warp_any(1 - done) == 0:
                     break  # a CUDA warp leaves the batch as soon as its 32 rays are saturated
                 # a warp's width of entries at a time; each thread visits only those its ray mask marks
-                mine = window_hits(t_masks, c * nw, n_b, lane)
-                if done != 0:
-                    mine = 0
+                mine = window_hits(t_masks, c * nw, n_b, lane, done)
                 while mine != 0:
                     kk = c * nw + lowest_bit(mine)
                     mine = mine & (mine - 1)
-                    rec = wp.tile_extract(t_rec, kk)
-                    da, de, sigma = splat_sigma(rec, ray_az, ray_el)
-                    alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
-                    if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
+                    alpha = splat_alpha(wp.tile_extract(t_rec, kk), ray_az, ray_el)
+                    if alpha > float_t(0.0):
                         P *= float_t(1.0) - alpha
                         if P <= float_t(T_MIN):
                             done = 1
@@ -283,16 +291,13 @@ def make_raster_kernels(float_t, add8, launch_bounds):
             for c in range((n_b + nw - 1) // nw):
                 if warp_any(1 - done) == 0:
                     break
-                mine = window_hits(t_masks, c * nw, n_b, lane)
-                if done != 0:
-                    mine = 0
+                mine = window_hits(t_masks, c * nw, n_b, lane, done)
                 while mine != 0:
                     kk = c * nw + lowest_bit(mine)
                     mine = mine & (mine - 1)
                     rec = wp.tile_extract(t_rec, kk)
-                    da, de, sigma = splat_sigma(rec, ray_az, ray_el)
-                    alpha = wp.min(float_t(ALPHA_MAX), rec[6] * wp.exp(-sigma))
-                    if sigma >= float_t(0.0) and alpha >= float_t(ALPHA_MIN):
+                    alpha = splat_alpha(rec, ray_az, ray_el)
+                    if alpha > float_t(0.0):
                         next_T = T * (float_t(1.0) - alpha)
                         if next_T <= float_t(T_MIN):
                             done = 1
