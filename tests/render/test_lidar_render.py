@@ -633,10 +633,8 @@ def test_cuda_code_generation(python_module, module_name, tmp_path):
     if module_name == "lidar_raster":
         # the register budget holds: 64 registers (four 256-thread blocks per SM) and no spill, with
         # or without (the default) the (256, 4) launch bounds
-        max_regs, backward_frame = 64, 0
         res = cubin_resources(cubins[0])
-        for kernel, max_frame in ((module.lidar_forward_f32, 0), (module.chunk_transmittance_f32, 0),
-                                  (module.lidar_backward_f32, backward_frame)):
+        for kernel in (module.lidar_forward_f32, module.chunk_transmittance_f32, module.lidar_backward_f32):
             r = res[kernel.get_mangled_name() + "_cuda_kernel_forward"]
-            assert r["REGCOUNT"] <= max_regs, (kernel.key, r)
-            assert r.get("FRAME_SIZE", 0) <= max_frame, f"{kernel.key} spills: {r}"
+            assert r["REGCOUNT"] <= 64, (kernel.key, r)
+            assert r.get("FRAME_SIZE", 0) == 0, f"{kernel.key} spills: {r}"
