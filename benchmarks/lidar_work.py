@@ -9,10 +9,10 @@ device, then evaluates every (ray, Gaussian) pair of every tile densely in torch
 and counts, per ray:
 
 * list: the tile's whole list (what a tile-per-block walk without masks would evaluate);
-* marked: pairs whose warp's ray mask is not empty (the backward's candidates: its warps
-  walk such an entry on all 32 rays);
-* masked: pairs whose own ray's bit is set in the ray masks (the forward's and the
-  transmittance pass's candidates; never fewer than the hits, which ``missed`` counts: 0);
+* marked: pairs whose warp's ray mask is not empty (what a warp that walks each such entry
+  on all 32 rays, as the kernels did before the per-thread walks, would evaluate);
+* masked: pairs whose own ray's bit is set in the ray masks (the candidates of the three
+  passes' per-thread walks; never fewer than the hits: ``missed`` counts hits without it, 0);
 * hit: pairs where alpha >= ALPHA_MIN (the ray really meets the splat);
 * needed: hits before the ray stops (T <= T_MIN): what a perfect walk evaluates;
 * forward: the forward's steps. Each thread walks its own masked entries up to its stop,
@@ -97,9 +97,9 @@ def work_counts(params: list, lidar: LidarBatch, chunk: int | None = None) -> di
         stop = torch.where(ray, _first_stop(torch.cumprod(one_minus, 0)), torch.zeros_like(warp))  # [R]
         idx = torch.arange(e - s, device=device)[:, None]
         words = bins.ray_masks[s * WARPS:e * WARPS].view(e - s, WARPS).long() & 0xFFFFFFFF  # [L, WARPS]
-        mine = ((words[:, warp] >> (torch.arange(TILE_RAYS, device=device) % 32)[None, :]) & 1).bool()  # [L, R]
-        masked = mine & ray[None, :]
-        marked = (words[:, warp] != 0) & ray[None, :]
+        lane_words = words[:, warp]  # [L, R] each lane's warp's word
+        masked = ((lane_words >> (torch.arange(TILE_RAYS, device=device) % 32)[None, :]) & 1).bool() & ray[None, :]
+        marked = (lane_words != 0) & ray[None, :]
         counts["list"] += (e - s) * int(ray.sum())
         counts["marked"] += int(marked.sum())
         counts["masked"] += int(masked.sum())

@@ -339,7 +339,7 @@ def make_binning_kernels(float_t):
         per_step = float_t(columns) * float_t(INV_TWO_PI)
         jc = float_t(0.5) * float_t(cw - 1)
         # exact rows, or whole rows for a splat too wide for the one-wrap test (conservative)
-        exact = ea <= float_t(WIDE) and rec[2] > float_t(0.0) and s_max >= float_t(0.0)
+        exact = ea <= float_t(WIDE) and rec[2] > float_t(0.0)
         while boxes != 0:  # the warps in turn: as many rounds as the busiest thread has warps
             w = lowest_bit(boxes)
             boxes = boxes & (boxes - 1)
@@ -355,6 +355,8 @@ def make_binning_kernels(float_t):
             # elevation) to the last at or below rec[1] + ee
             slot0 = bi[0] + wr * rw
             n_rows = wp.min(rw, bi[1] - wr * rw)
+            if j_end <= 0 or s_max < float_t(0.0):
+                n_rows = 0  # no rays in the warp's columns, or a splat no ray sees (its box test passed)
             r_lo = int(0)
             r_hi = n_rows
             while r_lo < r_hi:
@@ -366,7 +368,7 @@ def make_binning_kernels(float_t):
             for rr in range(r_lo, n_rows):
                 cf = slot_f[slot0 + rr]
                 de = rec[1] - cf[1]
-                if de < -ee or j_end <= 0 or s_max < float_t(0.0):
+                if de < -ee:
                     break
                 j_lo = int(0)
                 j_hi = j_end - 1
