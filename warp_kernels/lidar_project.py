@@ -102,10 +102,10 @@ def make_projection_kernel(float_t):
     firing_fraction = make_firing_fraction(float_t)
 
     @wp.func(module=module)
-    def sweep_azimuth(p: vec3, sign: float_t, start: float_t):
-        """Azimuth of lidar-frame p along the rotation from the start azimuth, in [0, 2 pi]."""
-        x = sign * (wp.atan2(p[1], p[0]) - start)
-        return x - float_t(TWO_PI) * wp.floor(x / float_t(TWO_PI))
+    def cull(splats: wp.array(dtype=vec8), extents: wp.array(dtype=vec2), i: int):
+        """A culled Gaussian's outputs: zeros (written here rather than by a fill of the whole output)."""
+        splats[i] = vec8()
+        extents[i] = vec2(float_t(0.0), float_t(0.0))
 
     @wp.kernel(module=module)
     def project_lidar(
@@ -133,9 +133,6 @@ def make_projection_kernel(float_t):
         extents: wp.array(dtype=vec2),  # half-widths in (alpha, elev); (0, 0) = culled
     ):
         i = wp.tid()
-        # culled Gaussians keep zeros (written here rather than by a memset of the whole output)
-        splats[i] = vec8()
-        extents[i] = vec2(float_t(0.0), float_t(0.0))
         mean = means[i]
         q0 = to_quat(rot_start[0])
         q1 = to_quat(rot_end[0])
@@ -151,26 +148,33 @@ def make_projection_kernel(float_t):
         rho2 = p[0] * p[0] + p[1] * p[1]
         r = wp.sqrt(rho2 + p[2] * p[2])
         s = scales[i]
-        if r <= min_range or r > max_range or rho2 <= float_t(0.0):
-            return
-        if r < float_t(NEAR_SIGMAS) * wp.max(s[0], wp.max(s[1], s[2])):
+        op = opacities[i]
+        # culled: out of range, the sensor inside the Gaussian, too faint to reach ALPHA_MIN
+        if (r <= min_range or r > max_range or rho2 <= float_t(0.0)
+                or r < float_t(NEAR_SIGMAS) * wp.max(s[0], wp.max(s[1], s[2])) or op <= float_t(ALPHA_MIN)):
+            cull(splats, extents, i)
             return
         # alpha = opacity exp(-d^2 / 2) reaches ALPHA_MIN at d^2 = 2 ln(opacity / ALPHA_MIN)
-        op = opacities[i]
-        if op <= float_t(ALPHA_MIN):
-            return
         reach = float_t(2.0) * wp.log(op / float_t(ALPHA_MIN))
 
+        rho = wp.sqrt(rho2)
         phi = wp.atan2(p[1], p[0])
-        elev = wp.atan2(p[2], wp.sqrt(rho2))
-        az = sweep_azimuth(p, sign, start_azimuth)
-        # Jacobian of (sign * azimuth, elevation) at the point with its elevation clamped
-        thc = wp.clamp(elev, clamp_lo, clamp_hi)
-        cth = wp.cos(thc)
-        sth = wp.sin(thc)
-        cph = wp.cos(phi)
-        sph = wp.sin(phi)
+        elev = wp.atan2(p[2], rho)
+        az = sign * (phi - start_azimuth)  # the sweep azimuth, in [0, 2 pi]
+        az = az - float_t(TWO_PI) * wp.floor(az / float_t(TWO_PI))
+        # Jacobian of (sign * azimuth, elevation) at the point with its elevation clamped. The
+        # angles' sines and cosines are the point's own ratios unless clamped: no trigonometry (and
+        # one atan2 for both angles' uses, and culled Gaussians alone write zeros): 0.29 -> 0.21 ms
+        # at 5M Gaussians on an H200 (benchmarks/RESULTS.md, raster-lidar, fifteenth)
+        cph = p[0] / rho
+        sph = p[1] / rho
         ir = float_t(1.0) / r
+        cth = rho * ir
+        sth = p[2] * ir
+        if elev < clamp_lo or elev > clamp_hi:
+            thc = wp.clamp(elev, clamp_lo, clamp_hi)
+            cth = wp.cos(thc)
+            sth = wp.sin(thc)
         ka = sign * ir / cth
         J = mat23(-sph * ka, cph * ka, float_t(0.0),
                   -sth * cph * ir, -sth * sph * ir, cth * ir)
@@ -184,11 +188,10 @@ def make_projection_kernel(float_t):
         b2 = cov2[0, 1]
         c2 = cov2[1, 1] + eps_el
         det = a2 * c2 - b2 * b2
-        if det <= float_t(0.0):
-            return
         ext_el = wp.sqrt(reach * c2)
-        if elev + ext_el < elev_lo or elev - ext_el > elev_hi:
-            return  # above or below every beam
+        if det <= float_t(0.0) or elev + ext_el < elev_lo or elev - ext_el > elev_hi:
+            cull(splats, extents, i)  # degenerate, or above or below every beam
+            return
         inv_det = float_t(1.0) / det
         splats[i] = vec8(az, elev, c2 * inv_det, -b2 * inv_det, a2 * inv_det, r, op, intensities[i])
         extents[i] = vec2(wp.sqrt(reach * a2), ext_el)
@@ -210,7 +213,7 @@ def make_projection_backward_kernel(float_t):
     """
     # float32 with fast_math (approximate division, square root, sine and cosine): on an H200 the
     # kernel at 5M Gaussians took 0.36 ms instead of 0.63 (122 registers, no stack; the twin checks
-    # unchanged). The forward projection was slower with it (0.34 against 0.29 ms) and keeps IEEE
+    # unchanged; 118 registers and 0.35 ms with the forward's trigonometry-free Jacobian). The forward projection was slower with it (0.34 against 0.29 ms) and keeps IEEE
     # arithmetic (benchmarks/RESULTS.md, raster-lidar, thirteenth).
     module = variant_module(__name__, float_t, "backward", fast_math=float_t == wp.float32)
     vec3 = wp.types.vector(3, float_t)
@@ -285,14 +288,17 @@ def make_projection_backward_kernel(float_t):
         rho2 = p[0] * p[0] + p[1] * p[1]
         rho = wp.sqrt(rho2)
         r = wp.sqrt(rho2 + p[2] * p[2])
-        phi = wp.atan2(p[1], p[0])
         elev = wp.atan2(p[2], rho)
-        thc = wp.clamp(elev, clamp_lo, clamp_hi)
-        cth = wp.cos(thc)
-        sth = wp.sin(thc)
-        cph = wp.cos(phi)
-        sph = wp.sin(phi)
+        # the angles' sines and cosines as the forward has them: the point's ratios unless clamped
         ir = one / r
+        cph = p[0] / rho
+        sph = p[1] / rho
+        cth = rho * ir
+        sth = p[2] * ir
+        if elev < clamp_lo or elev > clamp_hi:
+            thc = wp.clamp(elev, clamp_lo, clamp_hi)
+            cth = wp.cos(thc)
+            sth = wp.sin(thc)
         ka = sign * ir / cth
         J = mat23(-sph * ka, cph * ka, zero, -sth * cph * ir, -sth * sph * ir, cth * ir)
         qv = quats[i]
