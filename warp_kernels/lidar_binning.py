@@ -152,8 +152,13 @@ def max_work_items(tiles: int, capacity: int, fixed_chunk: int, chunk_of_mean: t
 @wp.func
 def band_tiles(k0: int, k1: int, cols: int, columns: int):
     """Tiles of a band holding columns k0..k1 (wrapping modulo ``columns``): first tile t0 and
-    n1 tiles from it, then n2 tiles from tile 0 (the part past the wrap); no tile twice."""
-    tiles_b = (columns + cols - 1) // cols
+    n1 tiles from it, then n2 tiles from tile 0 (the part past the wrap); no tile twice.
+
+    ``cols`` is a power of two (TILE_RAYS / rows): divisions by it are shifts, and the modulo
+    ``columns`` is taken only where k0 lies outside [0, columns) (integer division is a long
+    instruction sequence on the GPU, and these ran for every Gaussian and band it meets)."""
+    sh = lowest_bit(cols)
+    tiles_b = (columns + cols - 1) >> sh
     t0 = int(0)
     n1 = int(0)
     n2 = int(0)
@@ -162,16 +167,18 @@ def band_tiles(k0: int, k1: int, cols: int, columns: int):
         if span >= columns - 1:
             n1 = tiles_b
         else:
-            kk0 = k0 % columns
-            if kk0 < 0:
-                kk0 += columns
+            kk0 = k0
+            if kk0 < 0 or kk0 >= columns:
+                kk0 = kk0 % columns
+                if kk0 < 0:
+                    kk0 += columns
             kk1 = kk0 + span
-            t0 = kk0 // cols
+            t0 = kk0 >> sh
             if kk1 < columns:
-                n1 = kk1 // cols - t0 + 1
+                n1 = (kk1 >> sh) - t0 + 1
             else:
                 n1 = tiles_b - t0
-                n2 = wp.min((kk1 - columns) // cols, t0 - 1) + 1
+                n2 = wp.min((kk1 - columns) >> sh, t0 - 1) + 1
     return t0, n1, n2
 
 
@@ -189,6 +196,20 @@ def make_binning_kernels(float_t):
         k0 = int(wp.ceil((alpha - ext - off_hi) * scale))
         k1 = int(wp.floor((alpha + ext - off_lo) * scale))
         return k0, k1
+
+    @wp.func(module=module)
+    def first_band(band_f: wp.array(dtype=vec4), lo: float_t):
+        """The first band whose highest channel is at or above elevation lo (a bisection: bands
+        ascend in elevation, and a scan from band 0 diverged across a warp's Gaussians)."""
+        b_lo = int(0)
+        b_hi = band_f.shape[0]
+        while b_lo < b_hi:
+            mid = (b_lo + b_hi) / 2
+            if band_f[mid][1] < lo:
+                b_lo = mid + 1
+            else:
+                b_hi = mid
+        return b_lo
 
     @wp.kernel(module=module)
     def count_tiles(
@@ -210,14 +231,13 @@ def make_binning_kernels(float_t):
             rec = splats[i]
             lo = rec[1] - ext[1]
             hi = rec[1] + ext[1]
-            for b in range(band_f.shape[0]):
+            for b in range(first_band(band_f, lo), band_f.shape[0]):
                 bf = band_f[b]
                 if bf[0] > hi:
                     break  # bands ascend in elevation
-                if bf[1] >= lo:
-                    k0, k1 = column_span(rec[0], ext[0], bf[2], bf[3], columns)
-                    t0, n1, n2 = band_tiles(k0, k1, band_i[b][2], columns)
-                    count += n1 + n2
+                k0, k1 = column_span(rec[0], ext[0], bf[2], bf[3], columns)
+                t0, n1, n2 = band_tiles(k0, k1, band_i[b][2], columns)
+                count += n1 + n2
         counts[i] = count
 
     @wp.kernel(module=module)
@@ -252,22 +272,21 @@ def make_binning_kernels(float_t):
         lo = rec[1] - ext[1]
         hi = rec[1] + ext[1]
         k = offsets[i] - counts[i]
-        for b in range(band_f.shape[0]):
+        for b in range(first_band(band_f, lo), band_f.shape[0]):
             bf = band_f[b]
             if bf[0] > hi:
                 break
-            if bf[1] >= lo:
-                bi = band_i[b]
-                k0, k1 = column_span(rec[0], ext[0], bf[2], bf[3], columns)
-                t0, n1, n2 = band_tiles(k0, k1, bi[2], columns)
-                for m in range(n1 + n2):
-                    t = t0 + m
-                    if m >= n1:
-                        t = m - n1
-                    if k < capacity:
-                        keys[k] = ((bi[3] + t) << range_bits) | q
-                        values[k] = i
-                    k += 1
+            bi = band_i[b]
+            k0, k1 = column_span(rec[0], ext[0], bf[2], bf[3], columns)
+            t0, n1, n2 = band_tiles(k0, k1, bi[2], columns)
+            for m in range(n1 + n2):
+                t = t0 + m
+                if m >= n1:
+                    t = m - n1
+                if k < capacity:
+                    keys[k] = ((bi[3] + t) << range_bits) | q
+                    values[k] = i
+                k += 1
 
     # fast_math (approximate division, square root and log): the ray test's margins are far wider
     # than their errors, and they take most of its instructions

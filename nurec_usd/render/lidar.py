@@ -37,6 +37,8 @@ from warp_kernels import lidar_raster as kraster
 
 TILE_RAYS = kbin.TILE_RAYS
 BAND_ROWS = (4, 8, 16, 32)  # channels per band the automatic layout chooses from (cols = TILE_RAYS / rows)
+# tiles are a power of two columns wide: the binning divides by cols with shifts (lidar_binning.band_tiles)
+assert all(TILE_RAYS % r == 0 and (TILE_RAYS // r) & (TILE_RAYS // r - 1) == 0 for r in BAND_ROWS)
 MIN_RANGE_BITS = 16  # the sort key's range quantum is at most max_range / 2^16
 
 
