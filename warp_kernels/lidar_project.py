@@ -213,8 +213,9 @@ def make_projection_backward_kernel(float_t):
     """
     # float32 with fast_math (approximate division, square root, sine and cosine): on an H200 the
     # kernel at 5M Gaussians took 0.36 ms instead of 0.63 (122 registers, no stack; the twin checks
-    # unchanged; 118 registers and 0.35 ms with the forward's trigonometry-free Jacobian). The forward projection was slower with it (0.34 against 0.29 ms) and keeps IEEE
-    # arithmetic (benchmarks/RESULTS.md, raster-lidar, thirteenth).
+    # unchanged; 118 registers and 0.35 ms with the trigonometry-free Jacobian, fifteenth). The
+    # forward projection was slower with it (0.34 against 0.29 ms) and keeps IEEE arithmetic
+    # (benchmarks/RESULTS.md, raster-lidar, thirteenth).
     module = variant_module(__name__, float_t, "backward", fast_math=float_t == wp.float32)
     vec3 = wp.types.vector(3, float_t)
     vec4 = wp.types.vector(4, float_t)
