@@ -89,6 +89,30 @@ def make_firing_fraction(float_t):
     return firing_fraction
 
 
+@functools.lru_cache(maxsize=None)
+def make_jacobian_angles(float_t):
+    """``jacobian_angles``: the angles' sines and cosines the Jacobian uses, shared by the forward and
+    the backward."""
+    vec3 = wp.types.vector(3, float_t)
+
+    @wp.func
+    def jacobian_angles(p: vec3, rho: float_t, ir: float_t, elev: float_t, clamp_lo: float_t, clamp_hi: float_t):
+        """(cos, sin) of lidar-frame p's azimuth and (cos, sin) of its elevation clamped to [clamp_lo,
+        clamp_hi] (rho = |p_xy|, ir = 1 / |p|): the point's own ratios, trigonometry only where clamped.
+        Without the sines and cosines (and with one atan2 and one write per Gaussian) the projection
+        took 0.21 ms instead of 0.29 at 5M Gaussians on an H200 (benchmarks/RESULTS.md, raster-lidar,
+        fifteenth)."""
+        cth = rho * ir
+        sth = p[2] * ir
+        if elev < clamp_lo or elev > clamp_hi:
+            thc = wp.clamp(elev, clamp_lo, clamp_hi)
+            cth = wp.cos(thc)
+            sth = wp.sin(thc)
+        return p[0] / rho, p[1] / rho, cth, sth
+
+    return jacobian_angles
+
+
 def make_projection_kernel(float_t):
     """The lidar projection kernel for one float type (float32 for speed, float64 for gradcheck)."""
     module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
@@ -100,6 +124,7 @@ def make_projection_kernel(float_t):
 
     to_quat, pose_at = make_pose_funcs(float_t)
     firing_fraction = make_firing_fraction(float_t)
+    jacobian_angles = make_jacobian_angles(float_t)
 
     @wp.func(module=module)
     def cull(splats: wp.array(dtype=vec8), extents: wp.array(dtype=vec2), i: int):
@@ -162,19 +187,9 @@ def make_projection_kernel(float_t):
         elev = wp.atan2(p[2], rho)
         az = sign * (phi - start_azimuth)  # the sweep azimuth, in [0, 2 pi]
         az = az - float_t(TWO_PI) * wp.floor(az / float_t(TWO_PI))
-        # Jacobian of (sign * azimuth, elevation) at the point with its elevation clamped. The
-        # angles' sines and cosines are the point's own ratios unless clamped: no trigonometry (and
-        # one atan2 for both angles' uses, and culled Gaussians alone write zeros): 0.29 -> 0.21 ms
-        # at 5M Gaussians on an H200 (benchmarks/RESULTS.md, raster-lidar, fifteenth)
-        cph = p[0] / rho
-        sph = p[1] / rho
+        # Jacobian of (sign * azimuth, elevation) at the point with its elevation clamped
         ir = float_t(1.0) / r
-        cth = rho * ir
-        sth = p[2] * ir
-        if elev < clamp_lo or elev > clamp_hi:
-            thc = wp.clamp(elev, clamp_lo, clamp_hi)
-            cth = wp.cos(thc)
-            sth = wp.sin(thc)
+        cph, sph, cth, sth = jacobian_angles(p, rho, ir, elev, clamp_lo, clamp_hi)
         ka = sign * ir / cth
         J = mat23(-sph * ka, cph * ka, float_t(0.0),
                   -sth * cph * ir, -sth * sph * ir, cth * ir)
@@ -213,7 +228,7 @@ def make_projection_backward_kernel(float_t):
     """
     # float32 with fast_math (approximate division, square root, sine and cosine): on an H200 the
     # kernel at 5M Gaussians took 0.36 ms instead of 0.63 (122 registers, no stack; the twin checks
-    # unchanged; 118 registers and 0.35 ms with the trigonometry-free Jacobian, fifteenth). The
+    # unchanged; 118 registers and 0.35 ms with ``jacobian_angles``, fifteenth). The
     # forward projection was slower with it (0.34 against 0.29 ms) and keeps IEEE arithmetic
     # (benchmarks/RESULTS.md, raster-lidar, thirteenth).
     module = variant_module(__name__, float_t, "backward", fast_math=float_t == wp.float32)
@@ -227,6 +242,7 @@ def make_projection_backward_kernel(float_t):
     rotation_wxyz, rotation_wxyz_vjp = make_rotation_funcs(float_t)
     pose_rate = make_pose_rate_func(float_t)
     firing_fraction = make_firing_fraction(float_t)
+    jacobian_angles = make_jacobian_angles(float_t)
     zero = float_t(0.0)
     one = float_t(1.0)
     two = float_t(2.0)
@@ -290,16 +306,8 @@ def make_projection_backward_kernel(float_t):
         rho = wp.sqrt(rho2)
         r = wp.sqrt(rho2 + p[2] * p[2])
         elev = wp.atan2(p[2], rho)
-        # the angles' sines and cosines as the forward has them: the point's ratios unless clamped
         ir = one / r
-        cph = p[0] / rho
-        sph = p[1] / rho
-        cth = rho * ir
-        sth = p[2] * ir
-        if elev < clamp_lo or elev > clamp_hi:
-            thc = wp.clamp(elev, clamp_lo, clamp_hi)
-            cth = wp.cos(thc)
-            sth = wp.sin(thc)
+        cph, sph, cth, sth = jacobian_angles(p, rho, ir, elev, clamp_lo, clamp_hi)
         ka = sign * ir / cth
         J = mat23(-sph * ka, cph * ka, zero, -sth * cph * ir, -sth * sph * ir, cth * ir)
         qv = quats[i]
