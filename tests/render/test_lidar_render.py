@@ -491,6 +491,42 @@ def test_lane_layout_warp_blocks(cols):
         assert int(wr.max() - wr.min()) + 1 == rows // 2 and int(wc.max() - wc.min()) + 1 == cols // 4
 
 
+@wp.kernel
+def _band_tiles(k0: wp.array(dtype=int), k1: wp.array(dtype=int), cols: int, columns: int,
+                out: wp.array2d(dtype=int)):
+    i = wp.tid()
+    t0, n1, n2 = kbin.band_tiles(k0[i], k1[i], cols, columns)
+    out[i, 0] = t0
+    out[i, 1] = n1
+    out[i, 2] = n2
+
+
+@pytest.mark.parametrize("cols, columns", [(64, 2048), (8, 2048), (16, 1000), (32, 100), (8, 7)])
+def test_band_tiles_are_the_tiles_of_the_wrapped_columns(cols, columns):
+    """``band_tiles`` (shifts for the divisions by cols, a modulo only for a first column outside
+    the sweep) names exactly the tiles holding columns k0..k1 modulo ``columns``, once each: first
+    columns before 0, inside, and past the sweep, spans across the wrap, spans of the whole sweep,
+    and tile counts that do not divide the columns."""
+    g = torch.Generator().manual_seed(0)
+    k0 = torch.randint(-3 * columns, 3 * columns, (600,), generator=g)
+    span = torch.randint(0, columns + 3, (600,), generator=g)
+    span[:50] = 0
+    span[50:100] = columns - 2  # one short of the whole sweep
+    k0 = torch.cat([k0, torch.tensor([-1, 0, columns - 1, columns, -columns])])
+    span = torch.cat([span, torch.tensor([0, columns - 1, 1, 0, 2])])
+    k1 = k0 + span
+    k1[-3] = k0[-3] - 1  # an empty span
+    out = wp.zeros((len(k0), 3), dtype=int)
+    wp.launch(_band_tiles, len(k0), [wp.from_torch(k0.int()), wp.from_torch(k1.int()), cols, columns, out])
+    got = torch.from_numpy(out.numpy())
+    n_tiles = -(-columns // cols)
+    for a, b, (t0, n1, n2) in zip(k0.tolist(), k1.tolist(), got.tolist()):
+        want = sorted({(k % columns) // cols for k in range(a, b + 1)}) if b >= a else []
+        named = list(range(t0, t0 + n1)) + list(range(n2))
+        assert sorted(named) == want and len(set(named)) == len(named), (a, b, t0, n1, n2)
+        assert all(0 <= t < n_tiles for t in named)
+
+
 def test_tile_work_is_balanced_on_a_street():
     """Looking down a street, a few horizon tiles hold many times the mean work; the work items
     cut every list into chunks of L: (num, den) the device's fraction of the mean list, rounded
