@@ -1,7 +1,7 @@
 """`raster-lidar`: the Warp lidar renderer on a street, 128 channels x 2048 columns, 1M and 5M Gaussians.
 
     python benchmarks/raster_lidar.py [--device cuda:0] [--sizes 1000000,5000000] [--reps 30]
-                                      [--registers] [--profile] [--min-blocks 4|3|0] [--accumulate-grads]
+                                      [--registers] [--profile] [--min-blocks N] [--block-warps 4] [--accumulate-grads]
     python benchmarks/raster_lidar.py --device cpu --small        # smoke run, seconds
 
 First a correctness check on the device against the pure-torch twin (a small lidar and a few
@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from benchmarks.timing import host_ms, median_ms  # noqa: E402
 
-# imported in main(), after --min-blocks has set the kernels' register budget
+# imported in main(), after --min-blocks and --block-warps have set the kernels' budget and blocks
 LidarRenderSettings = bin_lidar = render_lidar = tile_work = render_lidar_reference = None
 cubin_resources = street_lidar = street_scene = None
 
@@ -166,12 +166,17 @@ def main() -> None:
                     help="add each repetition's gradients into the last ones' (the measure before 2026-12-01) "
                          "instead of setting them to None first, as training does")
     ap.add_argument("--min-blocks", type=int, default=None,
-                    help="launch bounds of the float32 raster kernels: blocks per SM (4: <= 64 registers; 0: none)")
+                    help="launch bounds of the float32 raster kernels: blocks per SM (default 32 warps' worth: "
+                         "<= 64 registers; 0: none)")
+    ap.add_argument("--block-warps", type=int, default=None, choices=(1, 2, 4, 8),
+                    help="CUDA warps per block of the raster kernels (default: the renderer's, 4)")
     args = ap.parse_args()
     if args.min_blocks is not None:
         os.environ["NUREC_LIDAR_MIN_BLOCKS"] = str(args.min_blocks)
+    if args.block_warps is not None:
+        os.environ["NUREC_LIDAR_BLOCK_WARPS"] = str(args.block_warps)
     _import_renderer()
-    from warp_kernels.lidar_raster import LAUNCH_BOUNDS_F32
+    from warp_kernels.lidar_raster import BLOCK_WARPS, LAUNCH_BOUNDS_F32
     device = torch.device(args.device)
     if args.small:
         args.sizes, args.channels, args.columns, args.reps = "20000", 32, 512, min(args.reps, 3)
@@ -242,7 +247,8 @@ def main() -> None:
 
     print()
     print(f"raster-lidar on {name}, torch {torch.__version__}, {args.channels} channels x {args.columns} columns "
-          f"({args.channels * args.columns:,} rays), bands {band_rows}, launch bounds {LAUNCH_BOUNDS_F32}, "
+          f"({args.channels * args.columns:,} rays), bands {band_rows}, blocks of {BLOCK_WARPS} warps, "
+          f"launch bounds {LAUNCH_BOUNDS_F32}, "
           f"median of {args.reps}"
           + ("" if check_ok is None else f"; correctness vs twin {'PASSED' if check_ok else 'FAILED'}"))
     head = ("| Gaussians | visible | intersections | work items | bin | forward | fwd rays/s | fwd+bwd | "

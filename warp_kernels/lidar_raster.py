@@ -18,9 +18,10 @@ cm against rays a few cm apart meet about 6 of a warp's 32 rays. On the benchmar
 instead of 1.24, the chunk transmittance 0.77 instead of 1.21, and the backward 0.83 instead
 of 1.86 (its per-entry warp sums became per-pair vector atomics, below).
 
-Work layout (see ``warp_kernels.lidar_binning``): one block per *work item* (a chunk of
-at most L Gaussians of one tile's front-to-back list), one thread per ray of the tile
-(TILE_RAYS rays: ``rows`` channels x ``cols`` columns of one elevation band). Per ray,
+Work layout (see ``warp_kernels.lidar_binning``): per *work item* (a chunk of at most L
+Gaussians of one tile's front-to-back list), one thread per ray of the tile (TILE_RAYS rays:
+``rows`` channels x ``cols`` columns of one elevation band), in SPLIT blocks of BLOCK_WARPS
+CUDA warps; each block stages the chunk's Gaussians and its own warps' ray masks. Per ray,
 front to back:
 
     alpha_i = min(0.99, opacity_i * exp(-sigma_i)),  sigma_i = 0.5 d^T conic_i d,
@@ -34,7 +35,11 @@ walks back from its own furthest ray). A tile cut into several chunks gives the 
 
 1. ``chunk_transmittance``: every chunk but the last of its tile multiplies its (1 - alpha)
    per ray, stopping once the product is <= T_MIN (then the walk has stopped by the end of
-   this chunk anyway).
+   this chunk anyway). A thread takes two of its entries per step (``two_hits``), so that
+   their loads and exponentials overlap: 0.69 ms instead of 0.78 at 5M Gaussians on an H200
+   (blocks of 8 warps).
+   The forward and the backward, which keep more per entry, went from 64 and 56 registers
+   to 72 and 70 that way, and were slower (0.82 and 0.98 ms against 0.68 and 0.83).
 2. ``lidar_forward``: chunk j starts from T = prod of the earlier chunks' products. Up to
    the stop, that is the sequential walk's T; at or below T_MIN the walk had stopped
    earlier, and the chunk contributes nothing (it writes T = -1 as "stopped before").
@@ -73,21 +78,35 @@ from warp_kernels.warp_lanes import (add8_f32, add8_f64, lane_id, lowest_bit, on
 # fast_math: __expf in the compositing loops (the twin tests bound the difference)
 wp.set_module_options({"enable_backward": False, "fast_math": True})
 
-BATCH = TILE_RAYS  # Gaussians staged in shared memory at a time (one gather per thread)
-MASK_WORDS = BATCH * WARPS  # ray-mask words of a batch (one per entry and warp)
+BATCH = TILE_RAYS  # Gaussians staged in shared memory at a time
+# CUDA warps per block of the per-item kernels: a work item's TILE_RAYS rays are SPLIT blocks of
+# BLOCK_RAYS threads. A block lasts as long as its slowest warp, and its SM starts no other block
+# in its place until then: a warp's rays that never stop walk the whole chunk while its
+# neighbours idle. Counted on the CPU for the benchmark's street at 1M Gaussians (lane-steps
+# per ray the forward's blocks hold their warps for: 313 with blocks of 8 warps, 214 of 4, 165
+# of 2, 138 of 1), and timed on an H200 at 5M (forward + backward 4.21-4.28 ms with 8 warps,
+# 3.97-4.05 with 4, 4.45-4.50 with 2 and 5.6 with 1: every block of an item loads the chunk's
+# Gaussians, so smaller blocks load more). NUREC_LIDAR_BLOCK_WARPS (1, 2, 4, 8) overrides it at
+# import (benchmarks/raster_lidar.py --block-warps).
+BLOCK_WARPS = int(os.environ.get("NUREC_LIDAR_BLOCK_WARPS", "4"))
+BLOCK_RAYS = 32 * BLOCK_WARPS
+SPLIT = WARPS // BLOCK_WARPS
+if BLOCK_WARPS not in (1, 2, 4, 8) or BLOCK_WARPS * SPLIT != WARPS:
+    raise ValueError(f"NUREC_LIDAR_BLOCK_WARPS must be 1, 2, 4 or 8, got {BLOCK_WARPS}")
 MEDIAN_T = 0.5  # the median return: where the accumulated opacity 1 - T reaches 0.5
 
-# Register budget of the float32 per-item kernels: at most 64 registers (four 256-thread
-# blocks per SM: 32 warps, 50% occupancy), and no grid-stride loop (``grid_stride=False``: a
-# tiled launch has one block per item anyway; the loop alone cost the backward 16 registers).
-# Measured from the sm_90 cubins' resource attributes (benchmarks/raster_lidar.py --registers;
-# the tests check it): forward 64, chunk_transmittance 56 and backward 56 registers, no stack,
-# without launch bounds. (Earlier kernels needed more, and ``__launch_bounds__(256, 4)`` made the
-# backward spill; unbounded was as fast or faster.) No bound is the default; NUREC_LIDAR_MIN_BLOCKS
-# (blocks per SM; 0 = no bound) sets one at import (benchmarks/raster_lidar.py --min-blocks). The
-# float64 kernels (CPU gradcheck) are unbounded.
-MIN_BLOCKS_PER_SM = int(os.environ.get("NUREC_LIDAR_MIN_BLOCKS", "0"))
-LAUNCH_BOUNDS_F32 = (TILE_RAYS, MIN_BLOCKS_PER_SM) if MIN_BLOCKS_PER_SM > 0 else None
+# Register budget of the float32 per-item kernels: at most 64 registers (32 warps per SM, 50%
+# occupancy), and no grid-stride loop (``grid_stride=False``: a tiled launch starts exactly the
+# blocks the items need; the loop alone cost the backward 16 registers). Measured from the sm_90
+# cubins' resource attributes (benchmarks/raster_lidar.py --registers; the tests check it). With
+# blocks of 4 warps the forward compiles to 72 registers unbounded; the default bound of 32 warps
+# per SM (8 blocks) holds it at 64 without a spill (chunk_transmittance 62, backward 64), as fast
+# or faster on an H200 (5M forward + backward 3.97-4.08 ms against 4.02-4.05). (With blocks of 8
+# warps, ``__launch_bounds__(256, 4)`` once made the backward spill.) NUREC_LIDAR_MIN_BLOCKS
+# (blocks per SM; 0 = no bound) overrides it at import (benchmarks/raster_lidar.py --min-blocks).
+# The float64 kernels (CPU gradcheck) are unbounded.
+MIN_BLOCKS_PER_SM = int(os.environ.get("NUREC_LIDAR_MIN_BLOCKS", str(32 // BLOCK_WARPS)))  # 32 warps per SM
+LAUNCH_BOUNDS_F32 = (BLOCK_RAYS, MIN_BLOCKS_PER_SM) if MIN_BLOCKS_PER_SM > 0 else None
 
 PI = math.pi
 TWO_PI = 2.0 * math.pi
@@ -101,7 +120,8 @@ return lane >> 5;
 #endif
 """)
 def warp_index(lane: int) -> int:
-    """CUDA warp of the thread in its block (recomputed from the thread index: no register held)."""
+    """CUDA warp of the thread in its block (recomputed from the thread index: no register held);
+    CPU: of thread ``lane`` of the block."""
     ...
 
 
@@ -115,13 +135,35 @@ def window_hits(t_masks: Any, first: int, n: int, lane: int, done: int):
     e = first + lane_id()
     h = int(0)
     if e < n:
-        h = wp.tile_extract(t_masks, e * WARPS + warp_index(lane))
+        h = wp.tile_extract(t_masks, e, warp_index(lane - (lane / BLOCK_RAYS) * BLOCK_RAYS))
     mine = int(0)
     if warp_any(h) != 0:
         mine = warp_transpose_bits(h, lane)
     if done != 0:
         mine = 0
     return mine
+
+
+@wp.func
+def item_of_block(blk: int, t: int):
+    """Work item of block ``blk``, which of its SPLIT parts of the tile's rays the block takes,
+    and the tile lane (``ray_of_lane``) of the block's thread ``t``."""
+    item = blk / SPLIT
+    part = blk - item * SPLIT
+    return item, part, part * BLOCK_RAYS + t
+
+
+@wp.func
+def two_hits(mine: int, first: int):
+    """The window's next two entries of this thread (first + bit), the second -1 when there is
+    none, and the bits left after them."""
+    k1 = first + lowest_bit(mine)
+    rest = mine & (mine - 1)
+    b2 = lowest_bit(rest)
+    k2 = int(-1)
+    if b2 >= 0:
+        k2 = first + b2
+    return k1, k2, rest & (rest - 1)
 
 
 @wp.func
@@ -193,10 +235,11 @@ def make_raster_kernels(float_t, add8, launch_bounds):
         columns: int,
         ids: wp.array(dtype=wp.int32),  # [M] sorted Gaussian indices
         splats: wp.array(dtype=vec8),  # [N]
-        ray_masks: wp.array(dtype=wp.int32),  # [M * WARPS] per sorted entry and warp: bit l = lane l's ray may see it
+        ray_masks: wp.array2d(dtype=wp.int32),  # [M, WARPS] per sorted entry and warp: bit l = lane l's ray may see it
         chunk_P: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] out: prod (1 - alpha) over the chunk
     ):
-        item, lane = wp.tid()
+        blk, t = wp.tid()
+        item, part, lane = item_of_block(blk, t)
         n_items = num_items[0]
         if item + 1 >= n_items:
             return  # past the items, or the very last one (a last chunk's product is never read)
@@ -219,7 +262,8 @@ def make_raster_kernels(float_t, add8, launch_bounds):
             t_ids = wp.tile_load(ids, shape=BATCH, offset=base, storage="shared")
             t_rec = wp.tile_load_indexed(splats, indices=t_ids, shape=(BATCH,), axis=0, storage="shared")
             n_b = wp.min(BATCH, end - base)
-            t_masks = wp.tile_load(ray_masks, shape=MASK_WORDS, offset=base * WARPS, storage="shared")
+            t_masks = wp.tile_load(ray_masks, shape=(BATCH, BLOCK_WARPS), offset=(base, part * BLOCK_WARPS),
+                                   storage="shared")
             nw = warp_width()
             for c in range((n_b + nw - 1) // nw):
                 if warp_any(1 - done) == 0:
@@ -227,14 +271,18 @@ def make_raster_kernels(float_t, add8, launch_bounds):
                 # a warp's width of entries at a time; each thread visits only those its ray mask marks
                 mine = window_hits(t_masks, c * nw, n_b, lane, done)
                 while mine != 0:
-                    kk = c * nw + lowest_bit(mine)
-                    mine = mine & (mine - 1)
-                    alpha = splat_alpha(wp.tile_extract(t_rec, kk), ray_az, ray_el)
-                    if alpha > float_t(0.0):
-                        P *= float_t(1.0) - alpha
-                        if P <= float_t(T_MIN):
-                            done = 1
-                            mine = 0
+                    # two entries per step: their loads and exponentials overlap (no dependence)
+                    k1, k2, mine = two_hits(mine, c * nw)
+                    a1 = splat_alpha(wp.tile_extract(t_rec, k1), ray_az, ray_el)
+                    a2 = splat_alpha(wp.tile_extract(t_rec, wp.max(k2, 0)), ray_az, ray_el)
+                    if k2 < 0:
+                        a2 = float_t(0.0)
+                    # a skipped entry's alpha is 0: the factor 1 is exact. Past the stop P only
+                    # shrinks, and a product <= T_MIN is all the forward reads from it.
+                    P = P * (float_t(1.0) - a1) * (float_t(1.0) - a2)  # the sequential walk's rounding
+                    if P <= float_t(T_MIN):
+                        done = 1
+                        mine = 0
         if ch >= 0:
             chunk_P[item, lane] = P
 
@@ -249,7 +297,7 @@ def make_raster_kernels(float_t, add8, launch_bounds):
         columns: int,
         ids: wp.array(dtype=wp.int32),  # [M]
         splats: wp.array(dtype=vec8),  # [N]
-        ray_masks: wp.array(dtype=wp.int32),  # [M * WARPS]
+        ray_masks: wp.array2d(dtype=wp.int32),  # [M, WARPS]
         chunk_P: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] from chunk_transmittance
         # outputs, per (item, ray of its tile)
         part_T: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] T after the chunk; -1: the walk stopped before it
@@ -258,7 +306,8 @@ def make_raster_kernels(float_t, add8, launch_bounds):
         part_last: wp.array2d(dtype=wp.int32),  # [I, TILE_RAYS] one past the last Gaussian composited
         median_id: wp.array2d(dtype=wp.int32),  # [C, W] (pre-filled with -1) the median Gaussian
     ):
-        item, lane = wp.tid()
+        blk, t = wp.tid()
+        item, part, lane = item_of_block(blk, t)
         if item >= num_items[0]:
             return
         it = items[item]
@@ -286,7 +335,8 @@ def make_raster_kernels(float_t, add8, launch_bounds):
             t_ids = wp.tile_load(ids, shape=BATCH, offset=base, storage="shared")
             t_rec = wp.tile_load_indexed(splats, indices=t_ids, shape=(BATCH,), axis=0, storage="shared")
             n_b = wp.min(BATCH, end - base)
-            t_masks = wp.tile_load(ray_masks, shape=MASK_WORDS, offset=base * WARPS, storage="shared")
+            t_masks = wp.tile_load(ray_masks, shape=(BATCH, BLOCK_WARPS), offset=(base, part * BLOCK_WARPS),
+                                   storage="shared")
             nw = warp_width()
             for c in range((n_b + nw - 1) // nw):
                 if warp_any(1 - done) == 0:
@@ -435,7 +485,7 @@ def make_raster_kernels(float_t, add8, launch_bounds):
         columns: int,
         ids: wp.array(dtype=wp.int32),  # [M]
         splats: wp.array(dtype=vec8),  # [N]
-        ray_masks: wp.array(dtype=wp.int32),  # [M * WARPS]
+        ray_masks: wp.array2d(dtype=wp.int32),  # [M, WARPS]
         tile_items: wp.array(dtype=wp.vec2i),  # [T]
         part_T: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] from the forward
         part_range: wp.array2d(dtype=float_t),
@@ -447,7 +497,8 @@ def make_raster_kernels(float_t, add8, launch_bounds):
         grad_hit: wp.array2d(dtype=float_t),  # [C, W]
         grad_splats: wp.array(dtype=float_t),  # [N * 8] accumulated (zero-initialised): the records' gradients, flat
     ):
-        item, lane = wp.tid()
+        blk, t = wp.tid()
+        item, part, lane = item_of_block(blk, t)
         if item >= num_items[0]:
             return
         it = items[item]
@@ -482,7 +533,8 @@ def make_raster_kernels(float_t, add8, launch_bounds):
             t_ids = wp.tile_load(ids, shape=BATCH, offset=base, storage="shared")
             t_rec = wp.tile_load_indexed(splats, indices=t_ids, shape=(BATCH,), axis=0, storage="shared")
             count = batch_end - base
-            t_masks = wp.tile_load(ray_masks, shape=MASK_WORDS, offset=base * WARPS, storage="shared")
+            t_masks = wp.tile_load(ray_masks, shape=(BATCH, BLOCK_WARPS), offset=(base, part * BLOCK_WARPS),
+                                   storage="shared")
             # entries at or past warp_last are beyond every ray of the warp: skipped whole. Back to
             # front, a warp's width of entries at a time (window entry j: the batch's entry
             # count - 1 - (first + c * nw + j)); each lane walks only those its ray mask marks
@@ -491,7 +543,7 @@ def make_raster_kernels(float_t, add8, launch_bounds):
                 e_own = count - 1 - (first + c * nw + lane_id())  # this lane's entry of the window (CUDA)
                 h = int(0)
                 if e_own >= 0:
-                    h = wp.tile_extract(t_masks, e_own * WARPS + warp_index(lane))
+                    h = wp.tile_extract(t_masks, e_own, warp_index(t))
                 if warp_any(h) == 0:
                     continue
                 mine = warp_transpose_bits(h, lane)

@@ -590,10 +590,11 @@ class _RenderLidar(torch.autograd.Function):
         range_, intensity = torch.empty(C, W, dtype=dtype, device=device), torch.empty(C, W, dtype=dtype, device=device)
         wdev = warp_device(device)
         layout = [items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W, values,
-                  splats, bins.ray_masks]
-        launch(k["trans"], [max_items], layout, [chunk_P], device=wdev, block_dim=TILE_RAYS, tiled=True)
-        launch(k["fwd"], [max_items], layout + [chunk_P], [part_T, part_range, part_int, part_last, median_id],
-               device=wdev, block_dim=TILE_RAYS, tiled=True)
+                  splats, bins.ray_masks.view(-1, kbin.WARPS)]
+        blocks = [max_items * kraster.SPLIT]  # SPLIT blocks of BLOCK_RAYS rays per work item
+        launch(k["trans"], blocks, layout, [chunk_P], device=wdev, block_dim=kraster.BLOCK_RAYS, tiled=True)
+        launch(k["fwd"], blocks, layout + [chunk_P], [part_T, part_range, part_int, part_last, median_id],
+               device=wdev, block_dim=kraster.BLOCK_RAYS, tiled=True)
         launch(k["merge"], (C, W), [tile_items, tiles.channel_rank, tiles.slot_band, tiles.band_i, part_T,
                                     part_range, part_int, median_id, splats, float(settings.min_hit)],
                [range_sum, int_sum, hit, T_final, median, range_, intensity], device=wdev, block_dim=TILE_RAYS)
@@ -631,10 +632,10 @@ class _RenderLidar(torch.autograd.Function):
         # the projection's backward writes every Gaussian's gradient
         g_means, g_quats, g_scales = torch.empty_like(means), torch.empty_like(quats), torch.empty_like(scales)
         g_opacities, g_intensities = torch.empty_like(opacities), torch.empty_like(intensities)
-        launch(k["bwd"], [items.shape[0]],
+        launch(k["bwd"], [items.shape[0] * kraster.SPLIT],
                [items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W, values, splats,
-                ray_masks, tile_items, part_T, part_range, part_int, part_last, T_final, *grads],
-               [g_splats.view(-1)], device=wdev, block_dim=TILE_RAYS, tiled=True)
+                ray_masks.view(-1, kbin.WARPS), tile_items, part_T, part_range, part_int, part_last, T_final, *grads],
+               [g_splats.view(-1)], device=wdev, block_dim=kraster.BLOCK_RAYS, tiled=True)
         if n:  # the projection's hand-written backward, fed the records' gradients
             lo, hi = lidar.elevation_clamp
             launch(k["project_bwd"], n,

@@ -667,8 +667,8 @@ def test_cuda_code_generation(python_module, module_name, tmp_path):
     cubins = [p for p in paths if p.suffix == ".cubin" and "sm90" in p.name]
     assert cubins and all(p.stat().st_size > 0 for p in cubins)
     if module_name == "lidar_raster":
-        # the register budget holds: 64 registers (four 256-thread blocks per SM) and no spill, with
-        # or without (the default) the (256, 4) launch bounds
+        # the register budget holds: 64 registers (32 warps per SM) and no spill, under the
+        # default launch bounds (warp_kernels.lidar_raster.LAUNCH_BOUNDS_F32)
         res = cubin_resources(cubins[0])
         for kernel in (module.lidar_forward_f32, module.chunk_transmittance_f32, module.lidar_backward_f32):
             r = res[kernel.get_mangled_name() + "_cuda_kernel_forward"]
