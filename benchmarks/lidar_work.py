@@ -20,7 +20,10 @@ and counts, per ray:
   busiest thread: the sum over windows of that maximum, times 32 lanes;
 * transmittance: the same for the pass over every chunk but the last of its tile, each chunk
   on its own until its rays stop within it, and the part of it in warps whose rays had all
-  stopped in the chunks before (work a pass that knew the chunks in front could skip).
+  stopped in the chunks before (work a pass that knew the chunks in front could skip);
+* forward_blocks, transmittance_blocks: the lane-steps for which the passes' blocks (the
+  renderer's ``lidar_raster.BLOCK_WARPS`` warps each) hold their warps: a block lasts as long as
+  its busiest warp, and its SM starts no other block until then (per-batch barriers aside).
 
 Counts are of evaluations by lanes (a warp evaluating one entry counts 32), not times.
 """
@@ -41,8 +44,10 @@ from benchmarks.raster_lidar import add_street_options  # noqa: E402
 from nurec_usd.render.lidar import LidarBatch, LidarRenderSettings, bin_lidar, lane_rays  # noqa: E402
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN  # noqa: E402
 from warp_kernels.lidar_binning import CHUNK_OF_MEAN, TILE_RAYS, WARPS, chunk_length  # noqa: E402
+from warp_kernels.lidar_raster import BLOCK_WARPS  # noqa: E402
 
-KEYS = ("list", "marked", "masked", "hit", "needed", "forward", "transmittance", "transmittance_after_stop", "missed")
+KEYS = ("list", "marked", "masked", "hit", "needed", "forward", "forward_blocks", "transmittance",
+        "transmittance_blocks", "transmittance_after_stop", "missed")
 
 
 def _first_stop(P: torch.Tensor) -> torch.Tensor:  # [L, R] running products -> [R]
@@ -57,6 +62,12 @@ def _warp_steps(walk: torch.Tensor) -> torch.Tensor:  # [L, R] bool -> [WARPS]
     pad = -walk.shape[0] % 32
     w = torch.nn.functional.pad(walk, (0, 0, 0, pad)).view(-1, 32, WARPS, 32)  # [windows, entry, warp, lane]
     return w.sum(1).amax(-1).sum(0) * 32
+
+
+def _block_steps(steps: torch.Tensor) -> int:  # [WARPS] a work item's lane-steps per warp
+    """Lane-steps for which the item's blocks of BLOCK_WARPS warps hold their warps: each block
+    as long as its busiest warp."""
+    return int(steps.view(-1, BLOCK_WARPS).amax(1).sum()) * BLOCK_WARPS
 
 
 def work_counts(params: list, lidar: LidarBatch, chunk: int | None = None) -> dict:
@@ -111,7 +122,9 @@ def work_counts(params: list, lidar: LidarBatch, chunk: int | None = None) -> di
         for m in range(tile_items.shape[0]):
             cs, ce = int(tile_items[m, 1]) - s, int(tile_items[m, 2]) - s
             # a thread evaluates its masked entries up to and with the one that stops it; windows start at the chunk's
-            counts["forward"] += int(_warp_steps(masked[cs:ce] & (idx[cs:ce] <= stop[None, :])).sum())
+            steps = _warp_steps(masked[cs:ce] & (idx[cs:ce] <= stop[None, :]))  # [WARPS]
+            counts["forward"] += int(steps.sum())
+            counts["forward_blocks"] += _block_steps(steps)
             if m == tile_items.shape[0] - 1:
                 continue  # the last chunk of a tile has no transmittance pass
             # each lane stops within the chunk once its own product is <= T_MIN (with that entry)
@@ -120,6 +133,7 @@ def work_counts(params: list, lidar: LidarBatch, chunk: int | None = None) -> di
             steps = _warp_steps(walk)  # [WARPS]
             stopped_warp = (stop <= cs).view(WARPS, 32).all(1)  # [WARPS] all the warp's rays stopped before
             counts["transmittance"] += int(steps.sum())
+            counts["transmittance_blocks"] += _block_steps(steps)
             counts["transmittance_after_stop"] += int(steps[stopped_warp].sum())
     return counts
 

@@ -22,7 +22,7 @@ so no host synchronisation inside a render), of
 
 as times and rays per second (C x W rays per sweep), and the work balance in Gaussian-ray
 evaluations: the busiest tile against the mean tile (what the tiling alone leaves), and the
-busiest rasterizer block (a chunk of a tile's list) against the mean tile.
+busiest rasterizer work item (a chunk of a tile's list) against the mean tile.
 ``--registers`` compiles the lidar modules for the device's architecture into a folder
 (``$OUT`` when set) and prints each kernel's registers and stack frame from the cubins
 (the same figures as ``cuobjdump --dump-resource-usage`` on them).
@@ -252,7 +252,7 @@ def main() -> None:
           f"median of {args.reps}"
           + ("" if check_ok is None else f"; correctness vs twin {'PASSED' if check_ok else 'FAILED'}"))
     head = ("| Gaussians | visible | intersections | work items | bin | forward | fwd rays/s | fwd+bwd | "
-            "fwd+bwd rays/s | host fwd / fwd+bwd | busiest tile / mean | busiest block / mean | rays hit |")
+            "fwd+bwd rays/s | host fwd / fwd+bwd | busiest tile / mean | busiest item / mean | rays hit |")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for r in rows:

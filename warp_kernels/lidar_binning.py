@@ -24,7 +24,7 @@ fills the binning needs ride along with its kernels rather than taking launches 
 (each is host time): ``count_tiles`` zeroes the tile ranges, and ``emit_keys`` writes the
 total and pads the key slots past it.
 
-Ray masks. A rasterizer block's 256 rays are 8 CUDA warps, each a small block of rays in
+Ray masks. A tile's 256 rays are 8 CUDA warps of the rasterizer, each a small block of rays in
 (azimuth, elevation) (``ray_of_lane``; ``warp_rect``, built on the host, is each warp's box).
 ``ray_masks`` writes, per sorted (tile, Gaussian) entry and warp, a 32-bit set of the warp's
 rays that may see the splat: for warps whose box meets the splat's box (a typical entry
@@ -41,7 +41,7 @@ Gaussians on an H200, unrolled over all eight warps 1.27 ms, this (and fast_math
 warps whose box meets the splat's write theirs, instead of a 4-byte store per warp.
 
 Work items. A tile's Gaussian list is cut into chunks of at most L Gaussians, each chunk
-one block of the rasterizer: a handful of tiles (looking down a street at the horizon)
+one work item of the rasterizer: a handful of tiles (looking down a street at the horizon)
 would otherwise hold many times the mean work and set the kernel's tail. L is a fraction
 num / den of the mean tile's list, rounded up to whole batches of the rasterizer (TILE_RAYS
 Gaussians: a chunk of 541 would walk a last batch of 29), computed on the device from the
@@ -78,12 +78,12 @@ from warp_kernels.warp_lanes import lowest_bit
 # integer bookkeeping only: no adjoints (halves the compile time)
 wp.set_module_options({"enable_backward": False})
 
-TILE_RAYS = 256  # rays per tile = threads per rasterizer block
+TILE_RAYS = 256  # rays per tile = threads of a rasterizer work item (lidar_raster.SPLIT blocks)
 KEY_PAD = wp.constant(wp.int32(0x7FFFFFFF))  # sorts after every real key
 CHUNK_MIN = 256  # never cut a tile's list finer than this (a chunk costs a block and a merge)
 # L as a fraction (num, den) of the mean tile's list, by device type (see the module docstring)
 CHUNK_OF_MEAN = {"cuda": (1, 12), "cpu": (2, 1)}
-WARPS = TILE_RAYS // 32  # CUDA warps per rasterizer block
+WARPS = TILE_RAYS // 32  # CUDA warps per tile
 assert WARPS == 8, "zero_words8 writes an entry's mask words as two 16-byte stores"
 RECT_MARGIN = 1e-3  # relative widening of a splat's box in the warp test: rounding never culls a visible pair
 SIGMA_MARGIN = 1e-3  # relative widening of the ray test's sigma bound (rounding, fast_math's exp)

@@ -44,7 +44,7 @@ MIN_RANGE_BITS = 16  # the sort key's range quantum is at most max_range / 2^16
 
 @dataclass
 class LidarTiles:
-    """How the rays of a sweep are cut into tiles (one rasterizer block each); built on the host.
+    """The sweep's rays cut into tiles (each chunk of a tile's list a rasterizer work item); built on the host.
 
     Channels are sorted by elevation ("slots") and grouped into bands of consecutive slots;
     a band of ``rows`` channels is cut into tiles of ``TILE_RAYS / rows`` columns.
@@ -151,7 +151,7 @@ def build_tiles(elevation: torch.Tensor,  # [C] rad
 
 
 def lane_rays(cols: int) -> tuple[torch.Tensor, torch.Tensor]:  # [TILE_RAYS] each
-    """(row, column) in its tile of each thread of a rasterizer block, for tiles ``cols`` wide:
+    """(row, column) in its tile of each thread (lane) of a rasterizer work item, for tiles ``cols`` wide:
     ``warp_kernels.lidar_binning.ray_of_lane`` for all lanes at once."""
     cw = cols // kbin.WARP_BLOCK_COLS
     lane = torch.arange(TILE_RAYS)
@@ -411,7 +411,7 @@ class LidarRender:
     intersections: torch.Tensor  # [1] int32 on the device: (tile, Gaussian) pairs wanted
     overflow: torch.Tensor  # [1] bool on the device: more intersections than the capacity
     tile_ranges: torch.Tensor  # [T, 2] int32: each tile's slice of the sorted list (work statistics)
-    work_items: torch.Tensor  # [I, 4] int32: (tile, start, end, chunk) of each rasterizer block (rows < num_items)
+    work_items: torch.Tensor  # [I, 4] int32: (tile, start, end, chunk) of each rasterizer work item (rows < num_items)
     num_items: torch.Tensor  # [1] int32 on the device: valid rows of work_items
 
 
@@ -540,7 +540,7 @@ def tile_work(lidar: LidarBatch, tile_ranges: torch.Tensor,  # [T, 2] int32
 
     A tile's work is its list length times its rays; a work item's, its chunk's length times
     the tile's rays. Returns the mean and the maximum tile work, ``max_tile_ratio`` (busiest
-    tile / mean tile), and with work items ``max_item_ratio`` (busiest block / mean tile) and
+    tile / mean tile), and with work items ``max_item_ratio`` (busiest work item / mean tile) and
     ``items``.
     """
     tiles = lidar.tiles

@@ -530,7 +530,7 @@ def test_band_tiles_are_the_tiles_of_the_wrapped_columns(cols, columns):
 def test_tile_work_is_balanced_on_a_street():
     """Looking down a street, a few horizon tiles hold many times the mean work; the work items
     cut every list into chunks of L: (num, den) the device's fraction of the mean list, rounded
-    up to whole batches of TILE_RAYS and at least CHUNK_MIN, so no rasterizer block gets more
+    up to whole batches of TILE_RAYS and at least CHUNK_MIN, so no rasterizer work item gets more
     than L / (the mean tile's list) of its work. Both devices' fractions run here (on the CPU)."""
     from warp_kernels import lidar_binning as kbin
 

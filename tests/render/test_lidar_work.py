@@ -4,16 +4,24 @@ hit is missed), and the transmittance pass's work after the rays' stops is count
 import pytest
 import torch
 
-from benchmarks.lidar_work import work_counts
+from benchmarks.lidar_work import _block_steps, work_counts
 from render.test_lidar_render import make_gaussians, make_lidar, street_lidar, street_scene
+from warp_kernels.lidar_binning import WARPS
+from warp_kernels.lidar_raster import BLOCK_WARPS
 
 
 def _check_order(c: dict) -> None:
     # the ray masks are conservative: every hit has its ray's bit, so lies in a marked warp
     assert c["missed"] == 0, c
     assert 0 < c["needed"] <= c["hit"] <= c["masked"] <= c["marked"] <= c["list"], c
-    assert c["needed"] <= c["forward"], c
-    assert c["transmittance_after_stop"] <= c["transmittance"], c
+    assert c["needed"] <= c["forward"] <= c["forward_blocks"], c
+    assert c["transmittance_after_stop"] <= c["transmittance"] <= c["transmittance_blocks"], c
+
+
+def test_block_steps_hold_each_block_for_its_busiest_warp():
+    steps = torch.arange(1, WARPS + 1) * 32  # warp w takes w + 1 steps of 32 lanes
+    busiest = torch.arange(BLOCK_WARPS, WARPS + 1, BLOCK_WARPS) * 32  # the last warp of each block
+    assert _block_steps(steps) == int(busiest.sum()) * BLOCK_WARPS
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
