@@ -1,7 +1,8 @@
 """`raster-lidar`: the Warp lidar renderer on a street, 128 channels x 2048 columns, 1M and 5M Gaussians.
 
     python benchmarks/raster_lidar.py [--device cuda:0] [--sizes 1000000,5000000] [--reps 30]
-                                      [--registers] [--profile] [--min-blocks N] [--block-warps 4] [--accumulate-grads]
+                                      [--registers] [--profile] [--min-blocks N] [--block-warps 4] [--tile-rays 128]
+                                      [--accumulate-grads]
     python benchmarks/raster_lidar.py --device cpu --small        # smoke run, seconds
 
 First a correctness check on the device against the pure-torch twin (a small lidar and a few
@@ -43,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from benchmarks.timing import host_ms, median_ms  # noqa: E402
 
-# imported in main(), after --min-blocks and --block-warps have set the kernels' budget and blocks
+# imported in main(), after --min-blocks, --block-warps and --tile-rays have set the kernels' budget and blocks
 LidarRenderSettings = bin_lidar = render_lidar = tile_work = render_lidar_reference = None
 cubin_resources = street_lidar = street_scene = None
 
@@ -170,12 +171,17 @@ def main() -> None:
                          "<= 64 registers; 0: none)")
     ap.add_argument("--block-warps", type=int, default=None, choices=(1, 2, 4, 8),
                     help="CUDA warps per block of the raster kernels (default: the renderer's, 4)")
+    ap.add_argument("--tile-rays", type=int, default=None, choices=(128, 256),
+                    help="rays per tile (default: the renderer's, 128: a list per 4-warp block)")
     args = ap.parse_args()
     if args.min_blocks is not None:
         os.environ["NUREC_LIDAR_MIN_BLOCKS"] = str(args.min_blocks)
     if args.block_warps is not None:
         os.environ["NUREC_LIDAR_BLOCK_WARPS"] = str(args.block_warps)
+    if args.tile_rays is not None:
+        os.environ["NUREC_LIDAR_TILE_RAYS"] = str(args.tile_rays)
     _import_renderer()
+    from warp_kernels.lidar_binning import TILE_RAYS
     from warp_kernels.lidar_raster import BLOCK_WARPS, LAUNCH_BOUNDS_F32
     device = torch.device(args.device)
     if args.small:
@@ -247,7 +253,8 @@ def main() -> None:
 
     print()
     print(f"raster-lidar on {name}, torch {torch.__version__}, {args.channels} channels x {args.columns} columns "
-          f"({args.channels * args.columns:,} rays), bands {band_rows}, blocks of {BLOCK_WARPS} warps, "
+          f"({args.channels * args.columns:,} rays), bands {band_rows}, tiles of {TILE_RAYS} rays, "
+          f"blocks of {BLOCK_WARPS} warps, "
           f"launch bounds {LAUNCH_BOUNDS_F32}, "
           f"median of {args.reps}"
           + ("" if check_ok is None else f"; correctness vs twin {'PASSED' if check_ok else 'FAILED'}"))

@@ -3,7 +3,7 @@
 Tiles. The rays of a sweep are the grid (channel, column). Channels are sorted by
 elevation and cut into *bands* of consecutive channels; a band of ``rows`` channels is
 cut along the columns into tiles of ``cols = TILE_RAYS / rows`` columns, so every tile
-holds TILE_RAYS rays (one per thread of a block) wherever its band lies: bands follow the
+holds TILE_RAYS rays (one per thread of a rasterizer work item) wherever its band lies: bands follow the
 real, non-uniform channel elevations, and no tile lies where there are no beams. The
 band table (built on the host, see ``nurec_usd.render.lidar``) is, per band,
 ``band_i = (first sorted slot, rows, cols, first tile)`` and
@@ -24,34 +24,35 @@ fills the binning needs ride along with its kernels rather than taking launches 
 (each is host time): ``count_tiles`` zeroes the tile ranges, and ``emit_keys`` writes the
 total and pads the key slots past it.
 
-Ray masks. A tile's 256 rays are 8 CUDA warps of the rasterizer, each a small block of rays in
-(azimuth, elevation) (``ray_of_lane``; ``warp_rect``, built on the host, is each warp's box).
-``ray_masks`` writes, per sorted (tile, Gaussian) entry and warp, a 32-bit set of the warp's
-rays that may see the splat: for warps whose box meets the splat's box (a typical entry
-reaches about 2 of the 8), per row of the warp's rays within the splat's elevation reach,
-the columns where the splat's quadratic form is within its alpha >= ALPHA_MIN bound (an
-interval: one square root per row). It is conservative (bounds widened by SIGMA_MARGIN and
-COL_MARGIN; a splat or warp wider than WIDE in azimuth gets whole rows), so results do not
-change, and nearly exact: on the benchmark's street 254.7 marked pairs per ray for 252.8 real
-hits. The rasterizer's threads walk only their own ray's marked entries (see
-``warp_kernels.lidar_raster``). Computed once, read by the three passes. One thread per
-entry, looping over its boxes' warps only: one thread per (entry, warp) was 1.75 ms at 5M
-Gaussians on an H200, unrolled over all eight warps 1.27 ms, this (and fast_math) 0.62 ms, and
-0.49 ms with an entry's eight words zeroed by two 16-byte stores (``zero_words8``) before the
-warps whose box meets the splat's write theirs, instead of a 4-byte store per warp.
+Ray masks. A tile's TILE_RAYS rays are WARPS CUDA warps of the rasterizer, each a small block
+of rays in (azimuth, elevation) (``ray_of_lane``; ``warp_rect``, built on the host, is each
+warp's box). ``ray_masks`` writes, per sorted (tile, Gaussian) entry and warp, a 32-bit set of
+the warp's rays that may see the splat: for warps whose box meets the splat's box (with tiles
+of 256 rays a typical entry reached about 2 of the 8), per row of the warp's rays within the
+splat's elevation reach, the columns where the splat's quadratic form is within its alpha >=
+ALPHA_MIN bound (an interval: one square root per row). It is conservative (bounds widened by
+SIGMA_MARGIN and COL_MARGIN; a splat or warp wider than WIDE in azimuth gets whole rows), so
+results do not change, and nearly exact: on the benchmark's street 254.7 marked pairs per ray
+for 252.8 real hits. The rasterizer's threads walk only their own ray's marked entries (see
+``warp_kernels.lidar_raster``). Computed once, read by the three passes. One thread per entry,
+looping over its boxes' warps only (timed with tiles of 256 rays): one thread per (entry, warp)
+was 1.75 ms at 5M Gaussians on an H200, unrolled over all eight warps 1.27 ms, this (and
+fast_math) 0.62 ms, and 0.49 ms with an entry's eight words zeroed by two 16-byte stores
+(``zero_words``) before the warps whose box meets the splat's write theirs, instead of a 4-byte
+store per warp.
 
 Work items. A tile's Gaussian list is cut into chunks of at most L Gaussians, each chunk
 one work item of the rasterizer: a handful of tiles (looking down a street at the horizon)
 would otherwise hold many times the mean work and set the kernel's tail. L is a fraction
-num / den of the mean tile's list, rounded up to whole batches of the rasterizer (TILE_RAYS
+num / den of the mean tile's list, rounded up to whole batches of the rasterizer (BATCH
 Gaussians: a chunk of 541 would walk a last batch of 29), computed on the device from the
 number of intersections: ``L = max(CHUNK_MIN, ceil(ceil(num * intersections / (den * tiles))
-/ TILE_RAYS) * TILE_RAYS)``. No chunk then holds more than num / den of the mean tile's work
+/ BATCH) * BATCH)``. No chunk then holds more than num / den of the mean tile's work
 (or a batch more), and as L is at least num / den of the mean list, there are at most
 ``tiles + ceil(den * tiles / num)`` items: the launch size is fixed, with no host
 synchronisation. Items of one tile are consecutive, in front-to-back order.
 
-The fraction depends on the device (``CHUNK_OF_MEAN``):
+The fraction depends on the device (``CHUNK_OF_MEAN``; timed with tiles of 256 rays):
   * CUDA, a twelfth. Forward + backward on an H200 (benchmarks/RESULTS.md, raster-lidar) with
     chunks of fixed lengths was fastest at 256 Gaussians for 1M (2.33 ms; the mean tile's
     list is 1,409) and at 512-1,024 for 5M (8.5-8.7 ms; mean 6,480), against 3.41 and 13.13
@@ -68,6 +69,7 @@ The fraction depends on the device (``CHUNK_OF_MEAN``):
 """
 
 import math
+import os
 
 import warp as wp
 
@@ -78,13 +80,21 @@ from warp_kernels.warp_lanes import lowest_bit
 # integer bookkeeping only: no adjoints (halves the compile time)
 wp.set_module_options({"enable_backward": False})
 
-TILE_RAYS = 256  # rays per tile = threads of a rasterizer work item (lidar_raster.SPLIT blocks)
+# Rays per tile = threads of a rasterizer work item (lidar_raster.SPLIT blocks). 128: a block of 4
+# warps walks a list of its own rays' Gaussians. With tiles of 256 rays, two such blocks per item
+# each loaded and walked the whole tile's list, of which it needed about 58% (its warps' masks).
+# On the benchmark's street at 5M Gaussians on an H200 (benchmarks/RESULTS.md, raster-lidar):
+# 6.64M -> 7.63M intersections, forward + backward 4.09-4.10 -> 3.76-3.78 ms.
+# NUREC_LIDAR_TILE_RAYS=256 selects the larger tiles at import (benchmarks/raster_lidar.py --tile-rays).
+TILE_RAYS = int(os.environ.get("NUREC_LIDAR_TILE_RAYS", "128"))
+if TILE_RAYS not in (128, 256):
+    raise ValueError(f"NUREC_LIDAR_TILE_RAYS must be 128 or 256, got {TILE_RAYS}")
+BATCH = 256  # Gaussians the rasterizer stages in shared memory at a time; chunks are whole batches
 KEY_PAD = wp.constant(wp.int32(0x7FFFFFFF))  # sorts after every real key
 CHUNK_MIN = 256  # never cut a tile's list finer than this (a chunk costs a block and a merge)
 # L as a fraction (num, den) of the mean tile's list, by device type (see the module docstring)
 CHUNK_OF_MEAN = {"cuda": (1, 12), "cpu": (2, 1)}
 WARPS = TILE_RAYS // 32  # CUDA warps per tile
-assert WARPS == 8, "zero_words8 writes an entry's mask words as two 16-byte stores"
 RECT_MARGIN = 1e-3  # relative widening of a splat's box in the warp test: rounding never culls a visible pair
 SIGMA_MARGIN = 1e-3  # relative widening of the ray test's sigma bound (rounding, fast_math's exp)
 COL_MARGIN = 0.01  # columns added at each end of a row's span (rounding of the azimuths)
@@ -94,15 +104,17 @@ PI = math.pi
 TWO_PI = 2.0 * math.pi
 INV_TWO_PI = 1.0 / TWO_PI
 
-# Rays of a tile per CUDA warp: the 8 warps tile a block as 2 x 4 blocks of (rows / 2) channels
-# x (cols / 4) columns, the tile's own shape scaled down. Tiles are about as tall as they are wide
-# in angle (see nurec_usd.render.lidar.plan_bands), so a warp's rays are nearly so too (2:1; 32
-# consecutive rays of a row, the layout before, made 8:1 strips). A small splat reaches fewer
-# warps' boxes (``ray_masks`` tests those alone): on the benchmark's street 1.92 warps per
-# (tile, Gaussian) entry at 1M Gaussians and 1.71 at 5M, against 2.48 and 2.37 with the strips (4 x 2
-# blocks of rows / 4 x cols / 2: 1.96 and 1.82). Measured on an H200 (benchmarks/RESULTS.md,
-# raster-lidar): forward + backward at 5M 8.85 -> 7.93 ms, at 1M 2.33 -> 2.25 ms.
-WARP_BLOCK_COLS = 4  # warp blocks across a tile (and WARPS / WARP_BLOCK_COLS = 2 down)
+# Rays of a tile per CUDA warp: the WARPS warps tile it as 2 x WARP_BLOCK_COLS blocks of (rows / 2)
+# channels x (cols / WARP_BLOCK_COLS) columns (2 x 2 for 128 rays, 2 x 4 for 256), the tile's own
+# shape scaled down. Tiles are about as tall as they are wide in angle (see
+# nurec_usd.render.lidar.plan_bands), so a warp's rays are nearly so too (1:1 with 128 rays, 2:1
+# with 256; 32 consecutive rays of a row, the layout before, made 8:1 strips). A small splat
+# reaches fewer warps' boxes (``ray_masks`` tests those alone): with tiles of 256 rays, on the
+# benchmark's street 1.92 warps per (tile, Gaussian) entry at 1M Gaussians and 1.71 at 5M, against
+# 2.48 and 2.37 with the strips (4 x 2 blocks of rows / 4 x cols / 2: 1.96 and 1.82). Measured on
+# an H200 (benchmarks/RESULTS.md, raster-lidar): forward + backward at 5M 8.85 -> 7.93 ms, at 1M
+# 2.33 -> 2.25 ms.
+WARP_BLOCK_COLS = WARPS // 2  # warp blocks across a tile (and 2 down)
 
 
 @wp.func_native("""
@@ -113,17 +125,16 @@ def bit_span(lo: int, hi: int) -> int:
     ...
 
 
-@wp.func_native("""
+@wp.func_native(f"""
 #if defined(__CUDA_ARCH__)
-int4* p = (int4*)(((int*)a.data) + (size_t)k * 8);
-p[0] = make_int4(0, 0, 0, 0);
-p[1] = make_int4(0, 0, 0, 0);
+int4* p = (int4*)(((int*)a.data) + (size_t)k * {WARPS});
+for (int q = 0; q < {WARPS // 4}; ++q) p[q] = make_int4(0, 0, 0, 0);
 #else
-for (int f = 0; f < 8; ++f) ((int*)a.data)[(size_t)k * 8 + f] = 0;
+for (int f = 0; f < {WARPS}; ++f) ((int*)a.data)[(size_t)k * {WARPS} + f] = 0;
 #endif
 """)
-def zero_words8(a: wp.array(dtype=wp.int32), k: int):
-    """a[8 k : 8 k + 8] = 0: an entry's WARPS (8) mask words (CUDA: two 16-byte stores; a's data
+def zero_words(a: wp.array(dtype=wp.int32), k: int):
+    """a[WARPS k : WARPS (k + 1)] = 0: an entry's mask words (CUDA: 16-byte stores; a's data
     16-byte aligned, as torch's allocations are)."""
     ...
 
@@ -153,7 +164,7 @@ def chunk_length(intersections: int, tiles: int, chunk_of_mean: tuple[int, int])
     """L as ``count_items`` computes it on the device (for statistics and tests on the host)."""
     num, den = chunk_of_mean
     share = -(-num * intersections // (den * tiles))
-    return max(CHUNK_MIN, -(-share // TILE_RAYS) * TILE_RAYS)
+    return max(CHUNK_MIN, -(-share // BATCH) * BATCH)
 
 
 def max_work_items(tiles: int, capacity: int, fixed_chunk: int, chunk_of_mean: tuple[int, int]) -> int:
@@ -362,7 +373,7 @@ def make_binning_kernels(float_t):
             d = d - float_t(TWO_PI) * wp.floor((d + float_t(PI)) * float_t(INV_TWO_PI))
             if rec[1] + ee >= r[2] and rec[1] - ee <= r[3] and wp.abs(d) <= r[1] + ea:
                 boxes = boxes | (1 << w)
-        zero_words8(masks, k)  # the warps whose box meets the splat's overwrite their words below
+        zero_words(masks, k)  # the warps whose box meets the splat's overwrite their words below
         if boxes == 0:
             return
         # alpha >= ALPHA_MIN  <=>  sigma <= log(opacity / ALPHA_MIN); widened so rounding never culls a ray
@@ -471,7 +482,7 @@ def count_items(
     # ceil(num * valid / (den * tiles)) in int64: the products may pass 2^31
     parts = wp.int64(chunk_den) * wp.int64(tiles)
     L = int((wp.int64(chunk_num) * wp.int64(valid) + parts - wp.int64(1)) / parts)
-    L = wp.max(CHUNK_MIN, (L + TILE_RAYS - 1) / TILE_RAYS * TILE_RAYS)  # whole batches of the rasterizer
+    L = wp.max(CHUNK_MIN, (L + BATCH - 1) / BATCH * BATCH)  # whole batches of the rasterizer
     if fixed_chunk > 0:
         L = fixed_chunk
     if t == 0:

@@ -21,8 +21,8 @@ of 1.86 (its per-entry warp sums became per-pair vector atomics, below).
 Work layout (see ``warp_kernels.lidar_binning``): per *work item* (a chunk of at most L
 Gaussians of one tile's front-to-back list), one thread per ray of the tile (TILE_RAYS rays:
 ``rows`` channels x ``cols`` columns of one elevation band), in SPLIT blocks of BLOCK_WARPS
-CUDA warps; each block stages the chunk's Gaussians and its own warps' ray masks. Per ray,
-front to back:
+CUDA warps (by default one block of 4); each block stages the chunk's Gaussians and its own
+warps' ray masks. Per ray, front to back:
 
     alpha_i = min(0.99, opacity_i * exp(-sigma_i)),  sigma_i = 0.5 d^T conic_i d,
     d = (wrap(alpha_i - ray azimuth), elev_i - ray elevation)
@@ -70,7 +70,7 @@ from typing import Any
 import warp as wp
 
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN
-from warp_kernels.lidar_binning import TILE_RAYS, WARPS, lane_of_ray, ray_of_lane
+from warp_kernels.lidar_binning import BATCH, TILE_RAYS, WARPS, lane_of_ray, ray_of_lane
 from warp_kernels.modules import variant_module
 from warp_kernels.warp_lanes import (add8_f32, add8_f64, lane_id, lowest_bit, on_cuda, warp_any, warp_max_i32,
                                      warp_transpose_bits, warp_width)
@@ -78,7 +78,6 @@ from warp_kernels.warp_lanes import (add8_f32, add8_f64, lane_id, lowest_bit, on
 # fast_math: __expf in the compositing loops (the twin tests bound the difference)
 wp.set_module_options({"enable_backward": False, "fast_math": True})
 
-BATCH = TILE_RAYS  # Gaussians staged in shared memory at a time
 # CUDA warps per block of the per-item kernels: a work item's TILE_RAYS rays are SPLIT blocks of
 # BLOCK_RAYS threads. A block lasts as long as its slowest warp, and its SM starts no other block
 # in its place until then: a warp's rays that never stop walk the whole chunk while its
@@ -86,13 +85,15 @@ BATCH = TILE_RAYS  # Gaussians staged in shared memory at a time
 # per ray the forward's blocks hold their warps for: 313 with blocks of 8 warps, 214 of 4, 165
 # of 2, 138 of 1), and timed on an H200 at 5M (forward + backward 4.21-4.28 ms with 8 warps,
 # 3.97-4.05 with 4, 4.45-4.50 with 2 and 5.6 with 1: every block of an item loads the chunk's
-# Gaussians, so smaller blocks load more). NUREC_LIDAR_BLOCK_WARPS (1, 2, 4, 8) overrides it at
-# import (benchmarks/raster_lidar.py --block-warps).
+# Gaussians, so smaller blocks load more; those figures are for tiles of 256 rays). With tiles of
+# 128 rays (``lidar_binning.TILE_RAYS``) a work item is one block of 4 warps with a list of its
+# own. NUREC_LIDAR_BLOCK_WARPS (1, 2, 4, 8; at most WARPS) overrides it at import
+# (benchmarks/raster_lidar.py --block-warps).
 BLOCK_WARPS = int(os.environ.get("NUREC_LIDAR_BLOCK_WARPS", "4"))
 BLOCK_RAYS = 32 * BLOCK_WARPS
 SPLIT = WARPS // BLOCK_WARPS
 if BLOCK_WARPS not in (1, 2, 4, 8) or BLOCK_WARPS * SPLIT != WARPS:
-    raise ValueError(f"NUREC_LIDAR_BLOCK_WARPS must be 1, 2, 4 or 8, got {BLOCK_WARPS}")
+    raise ValueError(f"NUREC_LIDAR_BLOCK_WARPS must be 1, 2, 4 or 8 and at most {WARPS}, got {BLOCK_WARPS}")
 MEDIAN_T = 0.5  # the median return: where the accumulated opacity 1 - T reaches 0.5
 
 # Register budget of the float32 per-item kernels: at most 64 registers (32 warps per SM, 50%
@@ -183,7 +184,7 @@ def ray_of(tile: int, lane: int, tile_band: wp.array(dtype=int), band_i: wp.arra
 def make_raster_kernels(float_t, add8, launch_bounds):
     """The five rasterization kernels for one float type.
 
-    Launched tiled: ``wp.launch_tiled(dim=[max_items], block_dim=TILE_RAYS)`` for the
+    Launched tiled: ``wp.launch_tiled(dim=[max_items * SPLIT], block_dim=BLOCK_RAYS)`` for the
     per-item kernels (blocks past the device-side item count return at once), and
     ``wp.launch(dim=(C, W))`` for the merge and the output gradients.
     """

@@ -80,15 +80,15 @@ def plan_bands(elevation_sorted: Sequence[float], columns: int,
     Every tile holds TILE_RAYS rays (``rows`` channels x ``TILE_RAYS / rows`` columns)
     whatever its band, so tiles carry the same ray count by construction; a band may hold
     fewer channels than its block has rows (the last one), leaving threads idle.
-    ``"auto"`` picks each band's shape (rows in BAND_ROWS) so that its tiles are about as
-    tall as they are wide in angle: where the beams are dense (near the horizon) a band
-    takes more channels and fewer columns. A splat is binned into every tile its bounding
-    box touches, and square tiles are touched by the fewest splats per unit of area, which
-    keeps the duplicated (tile, Gaussian) keys down. A fixed int uses that many channels
-    per band. Measured on the benchmark's street (128 x 2048 rays, 1M Gaussians), as keys
-    to sort / ray evaluations after the warps' box test: auto 1.44M / 114M, 4 rows 1.91M / 160M,
-    8 rows 1.52M / 161M, 16 rows 1.41M / 108M, 32 rows 1.59M / 89M; which of the two costs
-    weighs more is for GPU timing to say (benchmarks/raster_lidar.py --band-rows).
+    ``"auto"`` picks each band's shape (rows in BAND_ROWS) so that its tiles are about as tall as
+    they are wide in angle: where the beams are dense (near the horizon) a band takes more channels
+    and fewer columns. A splat is binned into every tile its bounding box touches, and square tiles
+    are touched by the fewest splats per unit of area, which keeps the duplicated (tile, Gaussian)
+    keys down. A fixed int uses that many channels per band. Measured on the benchmark's street (128
+    x 2048 rays, 1M Gaussians, tiles of 256 rays), as keys to sort / ray evaluations after the
+    warps' box test: auto 1.44M / 114M, 4 rows 1.91M / 160M, 8 rows 1.52M / 161M, 16 rows 1.41M /
+    108M, 32 rows 1.59M / 89M; which of the two costs weighs more is for GPU timing to say
+    (benchmarks/raster_lidar.py --band-rows).
     """
     c = len(elevation_sorted)
     if isinstance(band_rows, int) and not isinstance(band_rows, bool):

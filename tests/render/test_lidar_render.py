@@ -470,14 +470,14 @@ def _lane_layout(cols: int, rows_out: wp.array(dtype=int), cols_out: wp.array(dt
     lanes_back[lane] = kbin.lane_of_ray(r, c, cols)
 
 
-@pytest.mark.parametrize("cols", [64, 32, 16, 8])
-def test_lane_layout_warp_blocks(cols):
+@pytest.mark.parametrize("rows", [4, 8, 16, 32])
+def test_lane_layout_warp_blocks(rows):
     """Every tile shape: the kernels' lane -> (row, column) map is a bijection onto the tile, its
     inverse undoes it, the host's copy (which builds the warp boxes) agrees, and each CUDA warp
-    holds a block of (rows / 2) x (cols / 4) rays, not a strip of 32 along a row."""
+    holds a block of (rows / 2) x (cols / WARP_BLOCK_COLS) rays, not a strip of 32 along a row."""
     from nurec_usd.render.lidar import lane_rays
 
-    rows = kbin.TILE_RAYS // cols
+    cols = kbin.TILE_RAYS // rows
     out = [wp.zeros(kbin.TILE_RAYS, dtype=int) for _ in range(3)]
     wp.launch(_lane_layout, kbin.TILE_RAYS, [cols, *out])
     r, c, back = (torch.from_numpy(a.numpy()).long() for a in out)
@@ -488,7 +488,8 @@ def test_lane_layout_warp_blocks(cols):
     assert torch.equal(hr, r) and torch.equal(hc, c)
     for w in range(kbin.WARPS):
         wr, wc = r[32 * w:32 * (w + 1)], c[32 * w:32 * (w + 1)]
-        assert int(wr.max() - wr.min()) + 1 == rows // 2 and int(wc.max() - wc.min()) + 1 == cols // 4
+        assert int(wr.max() - wr.min()) + 1 == rows // 2
+        assert int(wc.max() - wc.min()) + 1 == cols // kbin.WARP_BLOCK_COLS
 
 
 @wp.kernel
@@ -530,11 +531,11 @@ def test_band_tiles_are_the_tiles_of_the_wrapped_columns(cols, columns):
 def test_tile_work_is_balanced_on_a_street():
     """Looking down a street, a few horizon tiles hold many times the mean work; the work items
     cut every list into chunks of L: (num, den) the device's fraction of the mean list, rounded
-    up to whole batches of TILE_RAYS and at least CHUNK_MIN, so no rasterizer work item gets more
+    up to whole batches (BATCH) and at least CHUNK_MIN, so no rasterizer work item gets more
     than L / (the mean tile's list) of its work. Both devices' fractions run here (on the CPU)."""
     from warp_kernels import lidar_binning as kbin
 
-    lidar = street_lidar(32, 1024)  # 128 tiles: lists long enough that they, not CHUNK_MIN, set L
+    lidar = street_lidar(32, 512)  # lists long enough that they, not CHUNK_MIN, set L
     params = street_scene(300_000)
     for fraction in sorted(set(kbin.CHUNK_OF_MEAN.values())):
         with pytest.MonkeyPatch.context() as mp:
@@ -546,7 +547,7 @@ def test_tile_work_is_balanced_on_a_street():
         num, den = fraction
         L = int(bins.chunk)
         assert L == kbin.chunk_length(total, tiles, fraction), fraction
-        assert L % kbin.TILE_RAYS == 0 and L >= num * total / (den * tiles), fraction  # whole batches, >= the share
+        assert L % kbin.BATCH == 0 and L >= num * total / (den * tiles), fraction  # whole batches, >= the share
         assert L > kbin.CHUNK_MIN, "the list lengths should set L here (else this test shows only the floor)"
         assert stats["max_item_ratio"] <= L / (total / tiles) * 1.01, fraction
         assert int(bins.num_items) <= kbin.max_work_items(tiles, total, 0, fraction)
