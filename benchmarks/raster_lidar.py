@@ -171,7 +171,7 @@ def main() -> None:
                          "<= 64 registers; 0: none)")
     ap.add_argument("--block-warps", type=int, default=None, choices=(1, 2, 4, 8),
                     help="CUDA warps per block of the raster kernels (default: the renderer's, 4)")
-    ap.add_argument("--tile-rays", type=int, default=None, choices=(128, 256),
+    ap.add_argument("--tile-rays", type=int, default=None, choices=(64, 128, 256),
                     help="rays per tile (default: the renderer's, 128: a list per 4-warp block)")
     args = ap.parse_args()
     if args.min_blocks is not None:

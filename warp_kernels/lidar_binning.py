@@ -85,10 +85,11 @@ wp.set_module_options({"enable_backward": False})
 # each loaded and walked the whole tile's list, of which it needed about 58% (its warps' masks).
 # On the benchmark's street at 5M Gaussians on an H200 (benchmarks/RESULTS.md, raster-lidar):
 # 6.64M -> 7.63M intersections, forward + backward 4.09-4.10 -> 3.76-3.78 ms.
-# NUREC_LIDAR_TILE_RAYS=256 selects the larger tiles at import (benchmarks/raster_lidar.py --tile-rays).
+# NUREC_LIDAR_TILE_RAYS (64, 128, 256) selects another size at import (benchmarks/raster_lidar.py
+# --tile-rays); 64 (one block of 2 warps per item) is not measured yet.
 TILE_RAYS = int(os.environ.get("NUREC_LIDAR_TILE_RAYS", "128"))
-if TILE_RAYS not in (128, 256):
-    raise ValueError(f"NUREC_LIDAR_TILE_RAYS must be 128 or 256, got {TILE_RAYS}")
+if TILE_RAYS not in (64, 128, 256):
+    raise ValueError(f"NUREC_LIDAR_TILE_RAYS must be 64, 128 or 256, got {TILE_RAYS}")
 BATCH = 256  # Gaussians the rasterizer stages in shared memory at a time; chunks are whole batches
 KEY_PAD = wp.constant(wp.int32(0x7FFFFFFF))  # sorts after every real key
 CHUNK_MIN = 256  # never cut a tile's list finer than this (a chunk costs a block and a merge)
@@ -105,8 +106,8 @@ TWO_PI = 2.0 * math.pi
 INV_TWO_PI = 1.0 / TWO_PI
 
 # Rays of a tile per CUDA warp: the WARPS warps tile it as 2 x WARP_BLOCK_COLS blocks of (rows / 2)
-# channels x (cols / WARP_BLOCK_COLS) columns (2 x 2 for 128 rays, 2 x 4 for 256), the tile's own
-# shape scaled down. Tiles are about as tall as they are wide in angle (see
+# channels x (cols / WARP_BLOCK_COLS) columns (2 x 1 for 64 rays, 2 x 2 for 128, 2 x 4 for 256),
+# the tile's own shape scaled down. Tiles are about as tall as they are wide in angle (see
 # nurec_usd.render.lidar.plan_bands), so a warp's rays are nearly so too (1:1 with 128 rays, 2:1
 # with 256; 32 consecutive rays of a row, the layout before, made 8:1 strips). A small splat
 # reaches fewer warps' boxes (``ray_masks`` tests those alone): with tiles of 256 rays, on the
@@ -127,15 +128,15 @@ def bit_span(lo: int, hi: int) -> int:
 
 @wp.func_native(f"""
 #if defined(__CUDA_ARCH__)
-int4* p = (int4*)(((int*)a.data) + (size_t)k * {WARPS});
-for (int q = 0; q < {WARPS // 4}; ++q) p[q] = make_int4(0, 0, 0, 0);
+{"int2* p = (int2*)" if WARPS == 2 else "int4* p = (int4*)"}(((int*)a.data) + (size_t)k * {WARPS});
+for (int q = 0; q < {max(1, WARPS // 4)}; ++q) p[q] = {"make_int2(0, 0)" if WARPS == 2 else "make_int4(0, 0, 0, 0)"};
 #else
 for (int f = 0; f < {WARPS}; ++f) ((int*)a.data)[(size_t)k * {WARPS} + f] = 0;
 #endif
 """)
 def zero_words(a: wp.array(dtype=wp.int32), k: int):
-    """a[WARPS k : WARPS (k + 1)] = 0: an entry's mask words (CUDA: 16-byte stores; a's data
-    16-byte aligned, as torch's allocations are)."""
+    """a[WARPS k : WARPS (k + 1)] = 0: an entry's mask words (CUDA: 16-byte stores, one 8-byte
+    store for 2 words; a's data 16-byte aligned, as torch's allocations are)."""
     ...
 
 

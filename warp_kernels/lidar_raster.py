@@ -21,8 +21,8 @@ of 1.86 (its per-entry warp sums became per-pair vector atomics, below).
 Work layout (see ``warp_kernels.lidar_binning``): per *work item* (a chunk of at most L
 Gaussians of one tile's front-to-back list), one thread per ray of the tile (TILE_RAYS rays:
 ``rows`` channels x ``cols`` columns of one elevation band), in SPLIT blocks of BLOCK_WARPS
-CUDA warps (by default one block of 4); each block stages the chunk's Gaussians and its own
-warps' ray masks. Per ray, front to back:
+CUDA warps (by default one block per item: 4 warps with tiles of 128 rays); each block
+stages the chunk's Gaussians and its own warps' ray masks. Per ray, front to back:
 
     alpha_i = min(0.99, opacity_i * exp(-sigma_i)),  sigma_i = 0.5 d^T conic_i d,
     d = (wrap(alpha_i - ray azimuth), elev_i - ray elevation)
@@ -80,16 +80,16 @@ wp.set_module_options({"enable_backward": False, "fast_math": True})
 
 # CUDA warps per block of the per-item kernels: a work item's TILE_RAYS rays are SPLIT blocks of
 # BLOCK_RAYS threads. A block lasts as long as its slowest warp, and its SM starts no other block
-# in its place until then: a warp's rays that never stop walk the whole chunk while its
-# neighbours idle. Counted on the CPU for the benchmark's street at 1M Gaussians (lane-steps
-# per ray the forward's blocks hold their warps for: 313 with blocks of 8 warps, 214 of 4, 165
-# of 2, 138 of 1), and timed on an H200 at 5M (forward + backward 4.21-4.28 ms with 8 warps,
-# 3.97-4.05 with 4, 4.45-4.50 with 2 and 5.6 with 1: every block of an item loads the chunk's
-# Gaussians, so smaller blocks load more; those figures are for tiles of 256 rays). With tiles of
-# 128 rays (``lidar_binning.TILE_RAYS``) a work item is one block of 4 warps with a list of its
-# own. NUREC_LIDAR_BLOCK_WARPS (1, 2, 4, 8; at most WARPS) overrides it at import
-# (benchmarks/raster_lidar.py --block-warps).
-BLOCK_WARPS = int(os.environ.get("NUREC_LIDAR_BLOCK_WARPS", "4"))
+# in its place until then: a warp's rays that never stop walk the whole chunk while its neighbours
+# idle. Counted on the CPU for the benchmark's street at 1M Gaussians (lane-steps per ray the
+# forward's blocks hold their warps for: 313 with blocks of 8 warps, 214 of 4, 165 of 2, 138 of 1),
+# and timed on an H200 at 5M (forward + backward 4.21-4.28 ms with 8 warps, 3.97-4.05 with 4,
+# 4.45-4.50 with 2 and 5.6 with 1: every block of an item loads the chunk's Gaussians, so smaller
+# blocks load more; those figures are for tiles of 256 rays). With tiles of 128 rays
+# (``lidar_binning.TILE_RAYS``) a work item is one block of 4 warps with a list of its own (the
+# default is 4, or WARPS where a tile has fewer). NUREC_LIDAR_BLOCK_WARPS (1, 2, 4, 8; at most
+# WARPS) overrides it at import (benchmarks/raster_lidar.py --block-warps).
+BLOCK_WARPS = int(os.environ.get("NUREC_LIDAR_BLOCK_WARPS", str(min(4, WARPS))))
 BLOCK_RAYS = 32 * BLOCK_WARPS
 SPLIT = WARPS // BLOCK_WARPS
 if BLOCK_WARPS not in (1, 2, 4, 8) or BLOCK_WARPS * SPLIT != WARPS:

@@ -535,7 +535,7 @@ def test_tile_work_is_balanced_on_a_street():
     than L / (the mean tile's list) of its work. Both devices' fractions run here (on the CPU)."""
     from warp_kernels import lidar_binning as kbin
 
-    lidar = street_lidar(32, 512)  # lists long enough that they, not CHUNK_MIN, set L
+    lidar = street_lidar(32, 4 * kbin.TILE_RAYS)  # lists long enough that they, not CHUNK_MIN, set L
     params = street_scene(300_000)
     for fraction in sorted(set(kbin.CHUNK_OF_MEAN.values())):
         with pytest.MonkeyPatch.context() as mp:
