@@ -122,24 +122,25 @@ return lane >> 5;
 """)
 def warp_index(lane: int) -> int:
     """CUDA warp of the thread in its block (recomputed from the thread index: no register held);
-    CPU: of thread ``lane`` of the block."""
+    CPU: of the block's thread ``lane``."""
     ...
 
 
 @wp.func
-def window_hits(t_masks: Any, first: int, n: int, lane: int, done: int):
-    """The entries first .. first + warp_width() - 1 of the batch (of n) that may reach this
-    thread's ray, as a bit set (bit e: entry first + e), from the warp's row of ray masks; 0
-    where the thread's walk is done. CUDA: the warp's 32 entries' masks (bit r: ray r of the
-    warp) transposed across the warp (skipped, 0 in every lane, when none of the 32 reaches the
-    warp). Reached by all 32 lanes."""
+def window_hits(t_masks: Any, first: int, n: int, t: int, done: int):
+    """The entries first .. first + warp_width() - 1 of the batch (of n) that may reach the ray of
+    the block's thread ``t``, as a bit set (bit e: entry first + e), from the warp's column of
+    the block's ray masks (``t_masks``: [entries, BLOCK_WARPS]); 0 where the thread's walk is
+    done. CUDA: the warp's 32 entries' masks (bit r: ray r of the warp) transposed across the
+    warp (skipped, 0 in every lane, when none of the 32 reaches the warp). Reached by all 32
+    lanes."""
     e = first + lane_id()
     h = int(0)
     if e < n:
-        h = wp.tile_extract(t_masks, e, warp_index(lane - (lane / BLOCK_RAYS) * BLOCK_RAYS))
+        h = wp.tile_extract(t_masks, e, warp_index(t))
     mine = int(0)
     if warp_any(h) != 0:
-        mine = warp_transpose_bits(h, lane)
+        mine = warp_transpose_bits(h, t)
     if done != 0:
         mine = 0
     return mine
@@ -270,7 +271,7 @@ def make_raster_kernels(float_t, add8, launch_bounds):
                 if warp_any(1 - done) == 0:
                     break  # a CUDA warp leaves the batch as soon as its 32 rays are saturated
                 # a warp's width of entries at a time; each thread visits only those its ray mask marks
-                mine = window_hits(t_masks, c * nw, n_b, lane, done)
+                mine = window_hits(t_masks, c * nw, n_b, t, done)
                 while mine != 0:
                     # two entries per step: their loads and exponentials overlap (no dependence)
                     k1, k2, mine = two_hits(mine, c * nw)
@@ -342,7 +343,7 @@ def make_raster_kernels(float_t, add8, launch_bounds):
             for c in range((n_b + nw - 1) // nw):
                 if warp_any(1 - done) == 0:
                     break
-                mine = window_hits(t_masks, c * nw, n_b, lane, done)
+                mine = window_hits(t_masks, c * nw, n_b, t, done)
                 while mine != 0:
                     kk = c * nw + lowest_bit(mine)
                     mine = mine & (mine - 1)
@@ -547,7 +548,7 @@ def make_raster_kernels(float_t, add8, launch_bounds):
                     h = wp.tile_extract(t_masks, e_own, warp_index(t))
                 if warp_any(h) == 0:
                     continue
-                mine = warp_transpose_bits(h, lane)
+                mine = warp_transpose_bits(h, t)
                 while mine != 0:
                     j = lowest_bit(mine)
                     mine = mine & (mine - 1)
