@@ -87,8 +87,11 @@ wp.set_module_options({"enable_backward": False, "fast_math": True})
 # 4.45-4.50 with 2 and 5.6 with 1: every block of an item loads the chunk's Gaussians, so smaller
 # blocks load more; those figures are for tiles of 256 rays). With tiles of 128 rays
 # (``lidar_binning.TILE_RAYS``) a work item is one block of 4 warps with a list of its own (the
-# default is 4, or WARPS where a tile has fewer). NUREC_LIDAR_BLOCK_WARPS (1, 2, 4, 8; at most
-# WARPS) overrides it at import (benchmarks/raster_lidar.py --block-warps).
+# default is 4, or WARPS where a tile has fewer). Warps that walked on their own (no staging, no
+# barrier: each took its entries' records from its lanes by shuffles) were no faster: the shuffles
+# added the instructions the barrier had cost in waiting (ncu; RESULTS.md, raster-lidar, seventeenth).
+# NUREC_LIDAR_BLOCK_WARPS (1, 2, 4, 8; at most WARPS) overrides it at import
+# (benchmarks/raster_lidar.py --block-warps).
 BLOCK_WARPS = int(os.environ.get("NUREC_LIDAR_BLOCK_WARPS", str(min(4, WARPS))))
 BLOCK_RAYS = 32 * BLOCK_WARPS
 SPLIT = WARPS // BLOCK_WARPS
