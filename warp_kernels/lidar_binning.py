@@ -85,8 +85,9 @@ wp.set_module_options({"enable_backward": False})
 # each loaded and walked the whole tile's list, of which it needed about 58% (its warps' masks).
 # On the benchmark's street at 5M Gaussians on an H200 (benchmarks/RESULTS.md, raster-lidar):
 # 6.64M -> 7.63M intersections, forward + backward 4.09-4.10 -> 3.76-3.78 ms.
-# Tiles of 64 rays (one block of 2 warps per item) were slower: 9.11M intersections, 3.82-3.88 ms;
-# their masks were cheaper (two words per entry) but the sort and the raster passes walked more.
+# Tiles of 64 rays (one block of 2 warps per item) were slower at 5M: 9.11M intersections and
+# forward + backward 3.82-3.88 ms, against 7.63M and 3.70-3.79 ms; their masks were cheaper (two
+# words per entry), but the sort and the raster passes had more entries to go through.
 # NUREC_LIDAR_TILE_RAYS (64, 128, 256) selects another size at import (benchmarks/raster_lidar.py
 # --tile-rays).
 TILE_RAYS = int(os.environ.get("NUREC_LIDAR_TILE_RAYS", "128"))
