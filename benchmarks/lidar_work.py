@@ -107,7 +107,7 @@ def work_counts(params: list, lidar: LidarBatch, chunk: int | None = None) -> di
         one_minus = torch.where(hit, 1 - alpha, torch.ones_like(alpha))
         stop = torch.where(ray, _first_stop(torch.cumprod(one_minus, 0)), torch.zeros_like(warp))  # [R]
         idx = torch.arange(e - s, device=device)[:, None]
-        words = bins.ray_masks[s * WARPS:e * WARPS].view(e - s, WARPS).long() & 0xFFFFFFFF  # [L, WARPS]
+        words = bins.ray_masks[s:e].long() & 0xFFFFFFFF  # [L, WARPS]
         lane_words = words[:, warp]  # [L, R] each lane's warp's word
         masked = ((lane_words >> (torch.arange(TILE_RAYS, device=device) % 32)[None, :]) & 1).bool() & ray[None, :]
         marked = (lane_words != 0) & ray[None, :]

@@ -448,8 +448,8 @@ class LidarBins:
     extents: torch.Tensor  # [N, 2] half-widths in (alpha, elev); 0 where culled
     ids: torch.Tensor  # [2 * capacity] int32: Gaussian indices sorted by (tile, range); the first `total` valid
     tile_ranges: torch.Tensor  # [T, 2] int32: each tile's [start, end) in ids
-    ray_masks: torch.Tensor  # [capacity * WARPS] int32: word w of sorted entry k (at k * WARPS + w), bit l = lane l
-    # of CUDA warp w of the tile's block may see it
+    ray_masks: torch.Tensor  # [capacity, WARPS] int32: word w of sorted entry k, bit l = lane l of the tile's
+    # CUDA warp w may see it
     items: torch.Tensor  # [I, 4] int32: (tile, start, end, chunk index) of each work item
     tile_items: torch.Tensor  # [T, 2] int32: (first item, number of items) of each tile
     num_items: torch.Tensor  # [1] int32: valid rows of items
@@ -508,7 +508,7 @@ def bin_lidar(
     max_items = kbin.max_work_items(T, capacity, fixed_chunk, chunk_of_mean)
     keys = torch.empty(2 * capacity, dtype=torch.int32, device=device)
     ids = torch.empty(2 * capacity, dtype=torch.int32, device=device)
-    masks = torch.empty(capacity * kbin.WARPS, dtype=torch.int32, device=device)
+    masks = torch.empty(capacity, kbin.WARPS, dtype=torch.int32, device=device)
     item_counts = torch.empty(T, dtype=torch.int32, device=device)
     item_offsets = torch.empty(T, dtype=torch.int32, device=device)
     chunk = torch.empty(1, dtype=torch.int32, device=device)
@@ -522,7 +522,7 @@ def bin_lidar(
     overflow = torch.empty(1, dtype=torch.bool, device=device)
     launch(kbin.tile_ranges, capacity, [keys, total, capacity, rb], [ranges, overflow], device=wdev)
     launch(k["masks"], capacity, [keys, ids, total, capacity, rb, splats, extents, tiles.warp_rect, tiles.tile_band,
-                                   tiles.band_i, tiles.slot_f, W], [masks], device=wdev)
+                                   tiles.band_i, tiles.slot_f, W], [masks.view(-1)], device=wdev)
     launch(kbin.count_items, T, [ranges, total, capacity, fixed_chunk, *chunk_of_mean], [chunk, item_counts],
            device=wdev)
     torch.cumsum(item_counts, 0, dtype=torch.int32, out=item_offsets)
@@ -590,7 +590,7 @@ class _RenderLidar(torch.autograd.Function):
         range_, intensity = torch.empty(C, W, dtype=dtype, device=device), torch.empty(C, W, dtype=dtype, device=device)
         wdev = warp_device(device)
         layout = [items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W, values,
-                  splats, bins.ray_masks.view(-1, kbin.WARPS)]
+                  splats, bins.ray_masks]
         blocks = [max_items * kraster.SPLIT]  # SPLIT blocks of BLOCK_RAYS rays per work item
         launch(k["trans"], blocks, layout, [chunk_P], device=wdev, block_dim=kraster.BLOCK_RAYS, tiled=True)
         launch(k["fwd"], blocks, layout + [chunk_P], [part_T, part_range, part_int, part_last, median_id],
@@ -634,7 +634,7 @@ class _RenderLidar(torch.autograd.Function):
         g_opacities, g_intensities = torch.empty_like(opacities), torch.empty_like(intensities)
         launch(k["bwd"], [items.shape[0] * kraster.SPLIT],
                [items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W, values, splats,
-                ray_masks.view(-1, kbin.WARPS), tile_items, part_T, part_range, part_int, part_last, T_final, *grads],
+                ray_masks, tile_items, part_T, part_range, part_int, part_last, T_final, *grads],
                [g_splats.view(-1)], device=wdev, block_dim=kraster.BLOCK_RAYS, tiled=True)
         if n:  # the projection's hand-written backward, fed the records' gradients
             lo, hi = lidar.elevation_clamp
