@@ -254,9 +254,7 @@ def main() -> None:
     print()
     print(f"raster-lidar on {name}, torch {torch.__version__}, {args.channels} channels x {args.columns} columns "
           f"({args.channels * args.columns:,} rays), bands {band_rows}, tiles of {TILE_RAYS} rays, "
-          f"blocks of {BLOCK_WARPS} warps, "
-          f"launch bounds {LAUNCH_BOUNDS_F32}, "
-          f"median of {args.reps}"
+          f"blocks of {BLOCK_WARPS} warps, launch bounds {LAUNCH_BOUNDS_F32}, median of {args.reps}"
           + ("" if check_ok is None else f"; correctness vs twin {'PASSED' if check_ok else 'FAILED'}"))
     head = ("| Gaussians | visible | intersections | work items | bin | forward | fwd rays/s | fwd+bwd | "
             "fwd+bwd rays/s | host fwd / fwd+bwd | busiest tile / mean | busiest item / mean | rays hit |")
@@ -267,7 +265,7 @@ def main() -> None:
               f"{r['fwd']:.2f} ms | {r['fwd_rays'] / 1e6:.1f} M | {r['fb']:.2f} ms | {r['fb_rays'] / 1e6:.1f} M | "
               f"{r['host_fwd']:.2f} / {r['host_fb']:.2f} ms | "
               f"{r['tile_ratio']:.1f}x | {r['item_ratio']:.2f}x | {100 * r['hit']:.0f}% |")
-    print("\ntargets: forward+backward >= 100 M rays/s; no block above 4x the mean tile's work "
+    print("\ntargets: forward+backward >= 100 M rays/s; no work item above 4x the mean tile's work "
           "(Gaussian-ray evaluations: list length x rays).")
 
 
