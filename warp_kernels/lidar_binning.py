@@ -52,17 +52,24 @@ number of intersections: ``L = max(CHUNK_MIN, ceil(ceil(num * intersections / (d
 ``tiles + ceil(den * tiles / num)`` items: the launch size is fixed, with no host
 synchronisation. Items of one tile are consecutive, in front-to-back order.
 
-The fraction depends on the device (``CHUNK_OF_MEAN``; timed with tiles of 256 rays):
-  * CUDA, a twelfth. Forward + backward on an H200 (benchmarks/RESULTS.md, raster-lidar) with
-    chunks of fixed lengths was fastest at 256 Gaussians for 1M (2.33 ms; the mean tile's
-    list is 1,409) and at 512-1,024 for 5M (8.5-8.7 ms; mean 6,480), against 3.41 and 13.13
-    ms with chunks of twice the mean list. Short chunks spread the horizon tiles over many
-    blocks: each costs a block, a merge and a transmittance pass, and they pay back in the
-    tail. 128 was slower again at 1M (2.73 ms), hence CHUNK_MIN. With later kernels 5M ran
-    6.52-6.57 ms at L = 512 and 768, 6.69-6.75 ms at a sixth (1,081: four batches and 57
-    entries) and 6.82-6.86 ms at a twelfth (541: two batches and 29 entries), hence a twelfth
-    rounded up to whole batches (768); 1M keeps CHUNK_MIN (256: 1.89-2.03 ms; 192 and 384 were
-    slower).
+Launch order. The rasterizer's blocks take the items longest first (``order``: slot -> item),
+in ORDER_BUCKETS classes of length (whole chunks first, then the tiles' last chunks from the
+longest class down; within a class, in tile order): the last blocks an SM starts are then
+short, and no long item starts at the end of the launch and sets its tail. It is a counting
+sort, with no sort call: ``count_items`` counts each tile's items per class, one torch.cumsum
+scans every class's row at once, and ``emit_items`` places each item.
+
+The fraction depends on the device (``CHUNK_OF_MEAN``):
+  * CUDA, a half. Each chunk but a tile's last costs a transmittance pass over it (the
+    rasterizer's first pass) and a merge, so long chunks are cheaper, as long as they do not
+    set the tail. On an H200 (benchmarks/RESULTS.md, raster-lidar, eighteenth; tiles of 128
+    rays) at 5M Gaussians, where the mean list is 3,727, forward + backward took 3.66-3.71 ms
+    with a twelfth (512) in tile order, and longest first 3.47-3.53 ms at 1,536 and 2,048 (a
+    half), 3.55 at 1,024 and 3.55-3.60 at 3,072. In tile order, chunks of 1,536-2,048 gained
+    only 0.03-0.10 ms, and 4,096 lost 0.2 ms. At 1M (mean list 825, L = 512) the kernels of a
+    forward + backward took 1.05 ms instead of 1.10 with 256.
+    (Before, with tiles of 256 rays and older kernels, chunks of twice the mean list took 13.13
+    ms against 8.5 at 512-1,024: the tail, in tile order.)
   * CPU, twice the mean. The CPU runs blocks one after another, so there is no tail to cut,
     only the extra passes: on a street of 150k Gaussians, forward + backward took 2.1 s with
     a sixth and 1.3-1.4 s with twice the mean.
@@ -95,9 +102,10 @@ if TILE_RAYS not in (64, 128, 256):
     raise ValueError(f"NUREC_LIDAR_TILE_RAYS must be 64, 128 or 256, got {TILE_RAYS}")
 BATCH = 256  # Gaussians the rasterizer stages in shared memory at a time; chunks are whole batches
 KEY_PAD = wp.constant(wp.int32(0x7FFFFFFF))  # sorts after every real key
+ORDER_BUCKETS = 16  # length classes of the work items' launch order (longest first; see the module docstring)
 CHUNK_MIN = 256  # never cut a tile's list finer than this (a chunk costs a block and a merge)
 # L as a fraction (num, den) of the mean tile's list, by device type (see the module docstring)
-CHUNK_OF_MEAN = {"cuda": (1, 12), "cpu": (2, 1)}
+CHUNK_OF_MEAN = {"cuda": (1, 2), "cpu": (2, 1)}
 WARPS = TILE_RAYS // 32  # CUDA warps per tile
 RECT_MARGIN = 1e-3  # relative widening of a splat's box in the warp test: rounding never culls a visible pair
 SIGMA_MARGIN = 1e-3  # relative widening of the ray test's sigma bound (rounding, fast_math's exp)
@@ -469,6 +477,13 @@ def tile_ranges(
         ranges[tile, 1] = n
 
 
+@wp.func
+def length_bucket(length: int, L: int):
+    """Launch-order class of a work item of ``length`` Gaussians (1 <= length <= L): 0 for the
+    shortest, ORDER_BUCKETS - 1 for the longest (a whole chunk)."""
+    return int((wp.int64(ORDER_BUCKETS) * wp.int64(length) - wp.int64(1)) / wp.int64(L))
+
+
 @wp.kernel
 def count_items(
     ranges: wp.array2d(dtype=wp.int32),  # [T, 2]
@@ -478,7 +493,8 @@ def count_items(
     chunk_num: int,  # the adaptive length: chunk_num / chunk_den of the mean tile's list
     chunk_den: int,
     chunk: wp.array(dtype=wp.int32),  # [1] out (written by every thread, same value)
-    counts: wp.array(dtype=wp.int32),  # [T] out: chunks of each tile (0 for an empty tile)
+    counts: wp.array2d(dtype=wp.int32),  # [1 + ORDER_BUCKETS, T] out: row 0, the chunks of each tile (0 for
+    # an empty tile); row 1 + b, how many of them fall in length bucket b
 ):
     t = wp.tid()
     tiles = ranges.shape[0]
@@ -491,28 +507,47 @@ def count_items(
         L = fixed_chunk
     if t == 0:
         chunk[0] = L
-    counts[t] = (ranges[t, 1] - ranges[t, 0] + L - 1) / L
+    length = ranges[t, 1] - ranges[t, 0]
+    n = (length + L - 1) / L
+    counts[0, t] = n
+    for b in range(ORDER_BUCKETS):
+        counts[1 + b, t] = 0
+    if n > 0:
+        counts[ORDER_BUCKETS, t] = n - 1  # whole chunks: the top bucket
+        last = 1 + length_bucket(length - (n - 1) * L, L)
+        counts[last, t] = counts[last, t] + 1
 
 
 @wp.kernel
 def emit_items(
     ranges: wp.array2d(dtype=wp.int32),  # [T, 2]
     chunk: wp.array(dtype=wp.int32),  # [1]
-    offsets: wp.array(dtype=wp.int32),  # [T] inclusive scan of the item counts (torch.cumsum)
-    counts: wp.array(dtype=wp.int32),  # [T]
+    offsets: wp.array2d(dtype=wp.int32),  # [1 + ORDER_BUCKETS, T] inclusive scans of the counts' rows
+    counts: wp.array2d(dtype=wp.int32),  # [1 + ORDER_BUCKETS, T]
     items: wp.array(dtype=wp.vec4i),  # [I] out: (tile, start, end, chunk index within the tile)
     tile_items: wp.array(dtype=wp.vec2i),  # [T] out: (first item, number of items)
     num_items: wp.array(dtype=wp.int32),  # [1] out
+    order: wp.array(dtype=wp.int32),  # [I] out: the rasterizer's launch order, slot -> item
 ):
     t = wp.tid()
-    n = counts[t]
-    off = offsets[t] - n
-    if t == ranges.shape[0] - 1:
-        num_items[0] = offsets[t]
+    tiles = ranges.shape[0]
+    n = counts[0, t]
+    off = offsets[0, t] - n
+    if t == tiles - 1:
+        num_items[0] = offsets[0, t]
     tile_items[t] = wp.vec2i(off, n)
     L = chunk[0]
     start = ranges[t, 0]
     end = ranges[t, 1]
     for j in range(n):
         if off + j < items.shape[0]:  # holds by construction; never write out of bounds anyway
-            items[off + j] = wp.vec4i(t, start + j * L, wp.min(end, start + (j + 1) * L), j)
+            lo = start + j * L
+            hi = wp.min(end, start + (j + 1) * L)
+            items[off + j] = wp.vec4i(t, lo, hi, j)
+            # slot: the items of longer buckets, then this bucket's items of the tiles before, then
+            # this tile's own (whole chunks in order, the last one after them)
+            b = length_bucket(hi - lo, L)
+            slot = offsets[1 + b, t] - counts[1 + b, t] + wp.min(j, counts[1 + b, t] - 1)
+            for above in range(b + 1, ORDER_BUCKETS):
+                slot += offsets[1 + above, tiles - 1]
+            order[slot] = off + j

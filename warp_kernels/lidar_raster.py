@@ -21,8 +21,9 @@ of 1.86 (its per-entry warp sums became per-pair vector atomics, below).
 Work layout (see ``warp_kernels.lidar_binning``): per *work item* (a chunk of at most L
 Gaussians of one tile's front-to-back list), one thread per ray of the tile (TILE_RAYS rays:
 ``rows`` channels x ``cols`` columns of one elevation band), in SPLIT blocks of BLOCK_WARPS
-CUDA warps (by default one block per item: 4 warps with tiles of 128 rays); each block
-stages the chunk's Gaussians and its own warps' ray masks. Per ray, front to back:
+CUDA warps (by default one block per item: 4 warps with tiles of 128 rays), the items taken
+longest first (the binning's launch order); each block stages the chunk's Gaussians and its
+own warps' ray masks. Per ray, front to back:
 
     alpha_i = min(0.99, opacity_i * exp(-sigma_i)),  sigma_i = 0.5 d^T conic_i d,
     d = (wrap(alpha_i - ray azimuth), elev_i - ray elevation)
@@ -70,7 +71,7 @@ from typing import Any
 import warp as wp
 
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN
-from warp_kernels.lidar_binning import BATCH, TILE_RAYS, WARPS, lane_of_ray, ray_of_lane
+from warp_kernels.lidar_binning import BATCH, WARPS, lane_of_ray, ray_of_lane
 from warp_kernels.modules import variant_module
 from warp_kernels.warp_lanes import (add8_f32, add8_f64, lane_id, lowest_bit, on_cuda, warp_any, warp_max_i32,
                                      warp_transpose_bits, warp_width)
@@ -150,11 +151,15 @@ def window_hits(t_masks: Any, first: int, n: int, t: int, done: int):
 
 
 @wp.func
-def item_of_block(blk: int, t: int):
-    """Work item of block ``blk``, which of its SPLIT parts of the tile's rays the block takes,
-    and the tile lane (``ray_of_lane``) of the block's thread ``t``."""
-    item = blk / SPLIT
-    part = blk - item * SPLIT
+def item_of_block(order: wp.array(dtype=wp.int32), n_items: int, blk: int, t: int):
+    """Work item of block ``blk`` (-1: none; ``order``: the launch order, slot -> item), which of its
+    SPLIT parts of the tile's rays the block takes, and the tile lane (``ray_of_lane``) of the block's
+    thread ``t``."""
+    slot = blk / SPLIT
+    part = blk - slot * SPLIT
+    item = int(-1)
+    if slot < n_items:
+        item = order[slot]
     return item, part, part * BLOCK_RAYS + t
 
 
@@ -189,7 +194,8 @@ def make_raster_kernels(float_t, add8, launch_bounds):
     """The five rasterization kernels for one float type.
 
     Launched tiled: ``wp.launch_tiled(dim=[max_items * SPLIT], block_dim=BLOCK_RAYS)`` for the
-    per-item kernels (blocks past the device-side item count return at once), and
+    per-item kernels (block slots in the binning's launch order; those past the device-side item
+    count return at once), and
     ``wp.launch(dim=(C, W))`` for the merge and the output gradients.
     """
     module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
@@ -231,6 +237,7 @@ def make_raster_kernels(float_t, add8, launch_bounds):
 
     @wp.kernel(module=module, launch_bounds=launch_bounds, grid_stride=False)
     def chunk_transmittance(
+        order: wp.array(dtype=wp.int32),  # [I] launch order: slot -> item
         items: wp.array(dtype=wp.vec4i),  # [I] (tile, start, end, chunk index)
         num_items: wp.array(dtype=wp.int32),  # [1]
         tile_band: wp.array(dtype=int),  # [T]
@@ -244,9 +251,9 @@ def make_raster_kernels(float_t, add8, launch_bounds):
         chunk_P: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] out: prod (1 - alpha) over the chunk
     ):
         blk, t = wp.tid()
-        item, part, lane = item_of_block(blk, t)
         n_items = num_items[0]
-        if item + 1 >= n_items:
+        item, part, lane = item_of_block(order, n_items, blk, t)
+        if item < 0 or item + 1 >= n_items:
             return  # past the items, or the very last one (a last chunk's product is never read)
         if items[item + 1][3] == 0:
             return  # the last chunk of its tile
@@ -293,6 +300,7 @@ def make_raster_kernels(float_t, add8, launch_bounds):
 
     @wp.kernel(module=module, launch_bounds=launch_bounds, grid_stride=False)
     def lidar_forward(
+        order: wp.array(dtype=wp.int32),  # [I]
         items: wp.array(dtype=wp.vec4i),  # [I]
         num_items: wp.array(dtype=wp.int32),  # [1]
         tile_band: wp.array(dtype=int),  # [T]
@@ -312,8 +320,8 @@ def make_raster_kernels(float_t, add8, launch_bounds):
         median_id: wp.array2d(dtype=wp.int32),  # [C, W] (pre-filled with -1) the median Gaussian
     ):
         blk, t = wp.tid()
-        item, part, lane = item_of_block(blk, t)
-        if item >= num_items[0]:
+        item, part, lane = item_of_block(order, num_items[0], blk, t)
+        if item < 0:
             return
         it = items[item]
         tile = it[0]
@@ -481,6 +489,7 @@ def make_raster_kernels(float_t, add8, launch_bounds):
 
     @wp.kernel(module=module, launch_bounds=launch_bounds, grid_stride=False)
     def lidar_backward(
+        order: wp.array(dtype=wp.int32),  # [I]
         items: wp.array(dtype=wp.vec4i),  # [I]
         num_items: wp.array(dtype=wp.int32),  # [1]
         tile_band: wp.array(dtype=int),  # [T]
@@ -503,8 +512,8 @@ def make_raster_kernels(float_t, add8, launch_bounds):
         grad_splats: wp.array(dtype=float_t),  # [N * 8] accumulated (zero-initialised): the records' gradients, flat
     ):
         blk, t = wp.tid()
-        item, part, lane = item_of_block(blk, t)
-        if item >= num_items[0]:
+        item, part, lane = item_of_block(order, num_items[0], blk, t)
+        if item < 0:
             return
         it = items[item]
         tile = it[0]

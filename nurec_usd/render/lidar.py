@@ -453,6 +453,7 @@ class LidarBins:
     items: torch.Tensor  # [I, 4] int32: (tile, start, end, chunk index) of each work item
     tile_items: torch.Tensor  # [T, 2] int32: (first item, number of items) of each tile
     num_items: torch.Tensor  # [1] int32: valid rows of items
+    order: torch.Tensor  # [I] int32: the rasterizer's launch order (block -> item); the first num_items valid
     chunk: torch.Tensor  # [1] int32: the chunk length L used
     total: torch.Tensor  # [1] int32: intersections wanted
     overflow: torch.Tensor  # [1] bool: more intersections wanted than the capacity
@@ -509,8 +510,8 @@ def bin_lidar(
     keys = torch.empty(2 * capacity, dtype=torch.int32, device=device)
     ids = torch.empty(2 * capacity, dtype=torch.int32, device=device)
     masks = torch.empty(capacity, kbin.WARPS, dtype=torch.int32, device=device)
-    item_counts = torch.empty(T, dtype=torch.int32, device=device)
-    item_offsets = torch.empty(T, dtype=torch.int32, device=device)
+    item_counts = torch.empty(1 + kbin.ORDER_BUCKETS, T, dtype=torch.int32, device=device)
+    item_offsets = torch.empty(1 + kbin.ORDER_BUCKETS, T, dtype=torch.int32, device=device)
     chunk = torch.empty(1, dtype=torch.int32, device=device)
     items = torch.empty(max_items, 4, dtype=torch.int32, device=device)
     tile_items = torch.empty(T, 2, dtype=torch.int32, device=device)
@@ -525,11 +526,12 @@ def bin_lidar(
                                    tiles.band_i, tiles.slot_f, W], [masks.view(-1)], device=wdev)
     launch(kbin.count_items, T, [ranges, total, capacity, fixed_chunk, *chunk_of_mean], [chunk, item_counts],
            device=wdev)
-    torch.cumsum(item_counts, 0, dtype=torch.int32, out=item_offsets)
-    launch(kbin.emit_items, T, [ranges, chunk, item_offsets, item_counts], [items, tile_items, num_items],
+    torch.cumsum(item_counts, 1, dtype=torch.int32, out=item_offsets)
+    order = torch.empty(max_items, dtype=torch.int32, device=device)
+    launch(kbin.emit_items, T, [ranges, chunk, item_offsets, item_counts], [items, tile_items, num_items, order],
            device=wdev)
-    return LidarBins(splats, extents, ids, ranges, masks, items, tile_items, num_items, chunk, total, overflow,
-                     capacity)
+    return LidarBins(splats, extents, ids, ranges, masks, items, tile_items, num_items, order, chunk, total,
+                     overflow, capacity)
 
 
 def tile_work(lidar: LidarBatch, tile_ranges: torch.Tensor,  # [T, 2] int32
@@ -589,8 +591,8 @@ class _RenderLidar(torch.autograd.Function):
         median = torch.empty(C, W, dtype=dtype, device=device)
         range_, intensity = torch.empty(C, W, dtype=dtype, device=device), torch.empty(C, W, dtype=dtype, device=device)
         wdev = warp_device(device)
-        layout = [items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W, values,
-                  splats, bins.ray_masks]
+        layout = [bins.order, items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W,
+                  values, splats, bins.ray_masks]
         blocks = [max_items * kraster.SPLIT]  # SPLIT blocks of BLOCK_RAYS rays per work item
         launch(k["trans"], blocks, layout, [chunk_P], device=wdev, block_dim=kraster.BLOCK_RAYS, tiled=True)
         launch(k["fwd"], blocks, layout + [chunk_P], [part_T, part_range, part_int, part_last, median_id],
@@ -599,8 +601,8 @@ class _RenderLidar(torch.autograd.Function):
                                     part_range, part_int, median_id, splats, float(settings.min_hit)],
                [range_sum, int_sum, hit, T_final, median, range_, intensity], device=wdev, block_dim=TILE_RAYS)
 
-        ctx.save_for_backward(means, quats, scales, opacities, intensities, splats, values, bins.ray_masks, items,
-                              num_items, tile_items, part_T, part_range, part_int, part_last, median_id, T_final,
+        ctx.save_for_backward(means, quats, scales, opacities, intensities, splats, values, bins.ray_masks, bins.order,
+                              items, num_items, tile_items, part_T, part_range, part_int, part_last, median_id, T_final,
                               range_sum, int_sum)
         ctx.lidar, ctx.channel_f, ctx.min_hit = lidar, channel_f, float(settings.min_hit)
         ctx.mark_non_differentiable(splats, extents, total, overflow, ranges, items, num_items)
@@ -612,7 +614,7 @@ class _RenderLidar(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_range_sum, g_int_sum, g_hit, g_median, g_range, g_intensity, *_):
-        (means, quats, scales, opacities, intensities, splats, values, ray_masks, items, num_items, tile_items,
+        (means, quats, scales, opacities, intensities, splats, values, ray_masks, order, items, num_items, tile_items,
          part_T, part_range, part_int, part_last, median_id, T_final, range_sum, int_sum) = ctx.saved_tensors
         lidar, channel_f = ctx.lidar, ctx.channel_f
         dtype, device = means.dtype, means.device
@@ -633,8 +635,8 @@ class _RenderLidar(torch.autograd.Function):
         g_means, g_quats, g_scales = torch.empty_like(means), torch.empty_like(quats), torch.empty_like(scales)
         g_opacities, g_intensities = torch.empty_like(opacities), torch.empty_like(intensities)
         launch(k["bwd"], [items.shape[0] * kraster.SPLIT],
-               [items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W, values, splats,
-                ray_masks, tile_items, part_T, part_range, part_int, part_last, T_final, *grads],
+               [order, items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W, values,
+                splats, ray_masks, tile_items, part_T, part_range, part_int, part_last, T_final, *grads],
                [g_splats.view(-1)], device=wdev, block_dim=kraster.BLOCK_RAYS, tiled=True)
         if n:  # the projection's hand-written backward, fed the records' gradients
             lo, hi = lidar.elevation_clamp

@@ -532,7 +532,8 @@ def test_tile_work_is_balanced_on_a_street():
     """Looking down a street, a few horizon tiles hold many times the mean work; the work items
     cut every list into chunks of L: (num, den) the device's fraction of the mean list, rounded
     up to whole batches (BATCH) and at least CHUNK_MIN, so no rasterizer work item gets more
-    than L / (the mean tile's list) of its work. Both devices' fractions run here (on the CPU)."""
+    than L / (the mean tile's list) of its work, and the launch order takes them longest first.
+    Both devices' fractions run here (on the CPU)."""
     from warp_kernels import lidar_binning as kbin
 
     lidar = street_lidar(32, 4 * kbin.TILE_RAYS)  # lists long enough that they, not CHUNK_MIN, set L
@@ -557,6 +558,17 @@ def test_tile_work_is_balanced_on_a_street():
         assert torch.equal(covered, (bins.tile_ranges[:, 1] - bins.tile_ranges[:, 0]).long())
         first = items[:, 3] == 0
         assert torch.equal(items[first, 1].sort().values, bins.tile_ranges[items[first, 0], 0].long().sort().values)
+        # the launch order takes every item once, longest first by length class, a tile's chunks in order
+        order = bins.order[: int(bins.num_items)].long()
+        assert torch.equal(order.sort().values, torch.arange(len(items)))
+        lengths = items[order, 2] - items[order, 1]
+        classes = (kbin.ORDER_BUCKETS * lengths - 1) // L
+        assert classes[0] == kbin.ORDER_BUCKETS - 1 and bool((classes[1:] <= classes[:-1]).all())
+        assert (lengths[classes == kbin.ORDER_BUCKETS - 1] > (kbin.ORDER_BUCKETS - 1) * L / kbin.ORDER_BUCKETS).all()
+        slot = torch.empty_like(order)
+        slot[order] = torch.arange(len(order))
+        same_tile = items[1:, 0] == items[:-1, 0]
+        assert bool((slot[1:][same_tile] > slot[:-1][same_tile]).all()), "a tile's chunks launch front to back"
 
 
 def test_plan_bands_follows_beam_density():
