@@ -66,7 +66,7 @@ The fraction depends on the device (``CHUNK_OF_MEAN``):
     rays) at 5M Gaussians, where the mean list is 3,727, forward + backward took 3.66-3.71 ms
     with a twelfth (512) in tile order, and longest first 3.47-3.53 ms at 1,536 and 2,048 (a
     half), 3.55 at 1,024 and 3.55-3.60 at 3,072. In tile order, chunks of 1,536-2,048 gained
-    only 0.03-0.10 ms, and 4,096 lost 0.2 ms. At 1M (mean list 825, L = 512) the kernels of a
+    only 0.02-0.11 ms, and 4,096 lost 0.2 ms. At 1M (mean list 825, L = 512) the kernels of a
     forward + backward took 1.05 ms instead of 1.10 with 256.
     (Before, with tiles of 256 rays and older kernels, chunks of twice the mean list took 13.13
     ms against 8.5 at 512-1,024: the tail, in tile order.)
