@@ -53,11 +53,12 @@ number of intersections: ``L = max(CHUNK_MIN, ceil(ceil(num * intersections / (d
 synchronisation. Items of one tile are consecutive, in front-to-back order.
 
 Launch order. The rasterizer's blocks take the items longest first (``order``: slot -> item),
-in ORDER_BUCKETS classes of length (whole chunks first, then the tiles' last chunks from the
-longest class down; within a class, in tile order): the last blocks an SM starts are then
-short, and no long item starts at the end of the launch and sets its tail. It is a counting
-sort, with no sort call: ``count_items`` counts each tile's items per class, one torch.cumsum
-scans every class's row at once, and ``emit_items`` places each item.
+in ORDER_BUCKETS classes of length: whole chunks (and last chunks nearly as long) first, then
+the tiles' other last chunks from the longest class down; within a class, in tile order, a
+tile's chunks front to back. The last blocks an SM starts are then short, and no long item
+starts at the end of the launch and sets its tail. It is a counting sort, with no sort call
+and no launch of its own: ``count_items`` counts each tile's items per class, the one
+torch.cumsum scans every class's row at once, and ``emit_items`` places each item.
 
 The fraction depends on the device (``CHUNK_OF_MEAN``):
   * CUDA, a half. Each chunk but a tile's last costs a transmittance pass over it (the

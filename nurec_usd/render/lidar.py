@@ -453,7 +453,7 @@ class LidarBins:
     items: torch.Tensor  # [I, 4] int32: (tile, start, end, chunk index) of each work item
     tile_items: torch.Tensor  # [T, 2] int32: (first item, number of items) of each tile
     num_items: torch.Tensor  # [1] int32: valid rows of items
-    order: torch.Tensor  # [I] int32: the rasterizer's launch order (block -> item); the first num_items valid
+    order: torch.Tensor  # [I] int32: the rasterizer's launch order (block slot -> item); the first num_items valid
     chunk: torch.Tensor  # [1] int32: the chunk length L used
     total: torch.Tensor  # [1] int32: intersections wanted
     overflow: torch.Tensor  # [1] bool: more intersections wanted than the capacity
