@@ -53,7 +53,7 @@ number of intersections: ``L = max(CHUNK_MIN, ceil(ceil(num * intersections / (d
 synchronisation. Items of one tile are consecutive, in front-to-back order.
 
 Launch order. The rasterizer's blocks take the items longest first (``order``: slot -> item),
-in ORDER_BUCKETS classes of length: whole chunks (and last chunks nearly as long) first, then
+in ORDER_BUCKETS length classes (``length_bucket``): whole chunks (and last chunks nearly as long) first, then
 the tiles' other last chunks from the longest class down; within a class, in tile order, a
 tile's chunks front to back. The last blocks an SM starts are then short, and no long item
 starts at the end of the launch and sets its tail. It is a counting sort, with no sort call
@@ -495,7 +495,7 @@ def count_items(
     chunk_den: int,
     chunk: wp.array(dtype=wp.int32),  # [1] out (written by every thread, same value)
     counts: wp.array2d(dtype=wp.int32),  # [1 + ORDER_BUCKETS, T] out: row 0, the chunks of each tile (0 for
-    # an empty tile); row 1 + b, how many of them fall in length bucket b
+    # an empty tile); row 1 + b, how many of them fall in length class b
 ):
     t = wp.tid()
     tiles = ranges.shape[0]
