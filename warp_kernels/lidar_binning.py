@@ -39,7 +39,11 @@ looping over its boxes' warps only (timed with tiles of 256 rays): one thread pe
 was 1.75 ms at 5M Gaussians on an H200, unrolled over all eight warps 1.27 ms, this (and
 fast_math) 0.62 ms, and 0.49 ms with an entry's eight words zeroed by two 16-byte stores
 (``zero_words``) before the warps whose box meets the splat's write theirs, instead of a 4-byte
-store per warp.
+store per warp. With tiles of 128 rays it is issue-bound (ncu: 73% of the SMs' compute
+throughput, 0.74 instructions issued per scheduler cycle); taking the splat's box from its conic
+instead of gathering its extents, and finding the tiles' slices of the sorted list in the same pass
+(``tile_bounds``, a kernel of its own before), took it and the slices from 0.48 + 0.04 ms to 0.45 ms
+at 5M Gaussians (benchmarks/RESULTS.md, raster-lidar, nineteenth).
 
 Work items. A tile's Gaussian list is cut into chunks of at most L Gaussians, each chunk
 one work item of the rasterizer: a handful of tiles (looking down a street at the horizon)
@@ -111,6 +115,7 @@ WARPS = TILE_RAYS // 32  # CUDA warps per tile
 RECT_MARGIN = 1e-3  # relative widening of a splat's box in the warp test: rounding never culls a visible pair
 SIGMA_MARGIN = 1e-3  # relative widening of the ray test's sigma bound (rounding, fast_math's exp)
 COL_MARGIN = 0.01  # columns added at each end of a row's span (rounding of the azimuths)
+CONIC_BOX_MIN_DET = 0.01  # ray_masks takes a splat's box from its conic where det >= this x a c (else its extents)
 WIDE = 0.25  # rad: a splat or warp wider than this in azimuth marks all the warp's rays (no wrap test)
 
 PI = math.pi
@@ -224,6 +229,22 @@ def band_tiles(k0: int, k1: int, cols: int, columns: int):
     return t0, n1, n2
 
 
+@wp.func
+def tile_bounds(keys: wp.array(dtype=wp.int32), k: int, n: int, tile: int, range_bits: int,
+                ranges: wp.array2d(dtype=wp.int32)):
+    """Where sorted entry k (of n valid, in ``tile``) starts or ends a tile's slice, write that bound
+    into ``ranges`` ([T, 2], zeroed by ``count_tiles``): [start, end) of each tile in the sorted list."""
+    if k == 0:
+        ranges[tile, 0] = 0
+    else:
+        prev = keys[k - 1] >> range_bits
+        if prev != tile:
+            ranges[tile, 0] = k
+            ranges[prev, 1] = k
+    if k == n - 1:
+        ranges[tile, 1] = n
+
+
 def make_binning_kernels(float_t):
     """``count_tiles`` and ``emit_keys`` for one float type of the splats."""
     module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
@@ -261,7 +282,7 @@ def make_binning_kernels(float_t):
         band_f: wp.array(dtype=vec4),  # [B] (elev lo, elev hi, s*offset lo, s*offset hi)
         columns: int,
         counts: wp.array(dtype=wp.int32),  # [N] out
-        ranges: wp.array2d(dtype=wp.int32),  # [T, 2] out: zeroed, for tile_ranges (no fill of its own)
+        ranges: wp.array2d(dtype=wp.int32),  # [T, 2] out: zeroed, for ray_masks' tile bounds (no fill of its own)
     ):
         i = wp.tid()
         for r in range(i, ranges.shape[0], extents.shape[0]):
@@ -368,16 +389,38 @@ def make_binning_kernels(float_t):
         slot_f: wp.array(dtype=vec2),  # [C] (s * azimuth offset, elevation) of each elevation-sorted slot, rad
         columns: int,
         masks: wp.array(dtype=wp.int32),  # [M * WARPS] out: bit l of word k * WARPS + w = lane l of warp w may see entry k
+        ranges: wp.array2d(dtype=wp.int32),  # [T, 2] out, zeroed by count_tiles: [start, end) of each tile
+        overflow: wp.array(dtype=wp.bool),  # [1] out: more intersections wanted than the capacity
     ):
         k = wp.tid()
-        if k >= wp.min(total[0], capacity):
+        n = wp.min(total[0], capacity)
+        if k == 0:
+            overflow[0] = total[0] > capacity
+        if k >= n:
             return
         tile = keys[k] >> range_bits
+        tile_bounds(keys, k, n, tile, range_bits, ranges)
         i = ids[k]
         rec = splats[i]
-        ext = extents[i]
-        ea = ext[0] * float_t(1.0 + RECT_MARGIN) + float_t(1e-6)
-        ee = ext[1] * float_t(1.0 + RECT_MARGIN) + float_t(1e-6)
+        # alpha >= ALPHA_MIN  <=>  sigma <= log(opacity / ALPHA_MIN); widened so rounding never culls a ray
+        s_max = wp.log(wp.max(rec[6], float_t(1e-30)) / float_t(ALPHA_MIN))
+        s_max = s_max + float_t(SIGMA_MARGIN) * (float_t(1.0) + wp.abs(s_max))
+        ea = float_t(0.0)
+        ee = float_t(0.0)
+        det = rec[2] * rec[4] - rec[3] * rec[3]
+        if det >= float_t(CONIC_BOX_MIN_DET) * rec[2] * rec[4]:
+            # the splat's box from its conic (the inverse covariance: var_a = c / det, var_e = a / det)
+            # and s_max, which is wider than the extents' reach: one gather less per entry. Where det
+            # cancels (a needle along a diagonal) rounding could make it too small: there, the extents.
+            r2 = float_t(2.0) * wp.max(s_max, float_t(0.0)) / det
+            ea = wp.sqrt(r2 * rec[4])
+            ee = wp.sqrt(r2 * rec[2])
+        else:
+            ext = extents[i]
+            ea = ext[0]
+            ee = ext[1]
+        ea = ea * float_t(1.0 + RECT_MARGIN) + float_t(1e-6)
+        ee = ee * float_t(1.0 + RECT_MARGIN) + float_t(1e-6)
         # the warps whose ray box meets the splat's box (most do not: they get an empty mask at once)
         boxes = int(0)
         for w in range(WARPS):
@@ -389,9 +432,6 @@ def make_binning_kernels(float_t):
         zero_words(masks, k)  # the warps whose box meets the splat's overwrite their words below
         if boxes == 0:
             return
-        # alpha >= ALPHA_MIN  <=>  sigma <= log(opacity / ALPHA_MIN); widened so rounding never culls a ray
-        s_max = wp.log(wp.max(rec[6], float_t(1e-30)) / float_t(ALPHA_MIN))
-        s_max = s_max + float_t(SIGMA_MARGIN) * (float_t(1.0) + wp.abs(s_max))
         bi = band_i[tile_band[tile]]
         cw = bi[2] / WARP_BLOCK_COLS  # columns of a warp's block
         rw = 32 / cw  # rows of a warp's block
@@ -449,33 +489,6 @@ def make_binning_kernels(float_t):
 
 count_tiles_f32, emit_keys_f32, ray_masks_f32 = make_binning_kernels(wp.float32)
 count_tiles_f64, emit_keys_f64, ray_masks_f64 = make_binning_kernels(wp.float64)
-
-
-@wp.kernel
-def tile_ranges(
-    keys: wp.array(dtype=wp.int32),  # [M] sorted
-    total: wp.array(dtype=wp.int32),  # [1] intersections wanted (clamped to the capacity here)
-    capacity: int,
-    range_bits: int,
-    ranges: wp.array2d(dtype=wp.int32),  # [T, 2] out, zeroed by count_tiles: [start, end) of each tile
-    overflow: wp.array(dtype=wp.bool),  # [1] out: more intersections wanted than the capacity
-):
-    k = wp.tid()
-    n = wp.min(total[0], capacity)
-    if k == 0:
-        overflow[0] = total[0] > capacity
-    if k >= n:
-        return
-    tile = keys[k] >> range_bits
-    if k == 0:
-        ranges[tile, 0] = 0
-    else:
-        prev = keys[k - 1] >> range_bits
-        if prev != tile:
-            ranges[tile, 0] = k
-            ranges[prev, 1] = k
-    if k == n - 1:
-        ranges[tile, 1] = n
 
 
 @wp.func

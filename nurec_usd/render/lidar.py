@@ -484,6 +484,10 @@ def bin_lidar(
 
     splats = torch.empty(n, 8, dtype=dtype, device=device)  # the projection writes every entry
     extents = torch.empty(n, 2, dtype=dtype, device=device)
+    wdev = warp_device(device)
+    # the projection first: the device starts while the host allocates the rest
+    launch(k["project"], n, _project_args(means, quats, scales, opacities, intensities, lidar),
+           [splats, extents], device=wdev)
     counts = torch.empty(n, dtype=torch.int32, device=device)
     offsets = torch.empty(n, dtype=torch.int32, device=device)
     # No fills where a kernel writes anyway (each is host time): the key emission writes the
@@ -494,9 +498,6 @@ def bin_lidar(
     if not n:  # (the kernels that write these do not run)
         total.zero_()
         ranges.zero_()
-    wdev = warp_device(device)
-    launch(k["project"], n, _project_args(means, quats, scales, opacities, intensities, lidar),
-           [splats, extents], device=wdev)
     launch(k["count"], n, [splats, extents, tiles.band_i, band_f, W], [counts, ranges], device=wdev)
     if n:
         torch.cumsum(counts, 0, dtype=torch.int32, out=offsets)
@@ -521,9 +522,8 @@ def bin_lidar(
                               float(1 << rb) / lidar.max_range, capacity], [keys, ids, total], device=wdev)
     wp.utils.radix_sort_pairs(warp_view(keys), warp_view(ids), capacity, end_bit=31)
     overflow = torch.empty(1, dtype=torch.bool, device=device)
-    launch(kbin.tile_ranges, capacity, [keys, total, capacity, rb], [ranges, overflow], device=wdev)
     launch(k["masks"], capacity, [keys, ids, total, capacity, rb, splats, extents, tiles.warp_rect, tiles.tile_band,
-                                   tiles.band_i, tiles.slot_f, W], [masks.view(-1)], device=wdev)
+                                   tiles.band_i, tiles.slot_f, W], [masks.view(-1), ranges, overflow], device=wdev)
     launch(kbin.count_items, T, [ranges, total, capacity, fixed_chunk, *chunk_of_mean], [chunk, item_counts],
            device=wdev)
     torch.cumsum(item_counts, 1, dtype=torch.int32, out=item_offsets)
