@@ -246,7 +246,7 @@ def tile_bounds(keys: wp.array(dtype=wp.int32), k: int, n: int, tile: int, range
 
 
 def make_binning_kernels(float_t):
-    """``count_tiles`` and ``emit_keys`` for one float type of the splats."""
+    """``count_tiles``, ``emit_keys`` and ``ray_masks`` for one float type of the splats."""
     module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
     vec2 = wp.types.vector(2, float_t)
     vec4 = wp.types.vector(4, float_t)
