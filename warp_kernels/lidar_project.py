@@ -224,7 +224,8 @@ def make_projection_backward_kernel(float_t):
     azimuth, the clamped elevation and 1/r; the angles and the range through p = R m + t. The
     rolling shutter makes (R, t) the pose at the firing fraction a, itself a function of the
     mean (the azimuth of p0 = R(1/2) m + t(1/2)): dL/da = <dL/dR, dR/da> + <dL/dt, t1 - t0>,
-    passed on to m through p0. Culled Gaussians get zero gradients, as their records are zero.
+    passed on to m through p0. Culled Gaussians (zero extents) get zero gradients, as their records
+    are zero.
     """
     # float32 with fast_math (approximate division, square root, sine and cosine): on an H200 the
     # kernel at 5M Gaussians took 0.36 ms instead of 0.63 (122 registers, no stack; the twin checks
@@ -232,6 +233,7 @@ def make_projection_backward_kernel(float_t):
     # forward projection was slower with it (0.34 against 0.29 ms) and keeps IEEE arithmetic
     # (benchmarks/RESULTS.md, raster-lidar, thirteenth).
     module = variant_module(__name__, float_t, "backward", fast_math=float_t == wp.float32)
+    vec2 = wp.types.vector(2, float_t)
     vec3 = wp.types.vector(3, float_t)
     vec4 = wp.types.vector(4, float_t)
     vec8 = wp.types.vector(8, float_t)
@@ -269,7 +271,8 @@ def make_projection_backward_kernel(float_t):
         clamp_hi: float_t,
         eps_az: float_t,
         eps_el: float_t,
-        splats: wp.array(dtype=vec8),  # [N] the forward's records (range 0: culled)
+        extents: wp.array(dtype=vec2),  # [N] the forward's half-widths ((0, 0): culled; 8 bytes a Gaussian,
+        # where the records are 32: the kernel reads nothing else from the forward)
         g_splats: wp.array(dtype=vec8),  # [N] dL/d records
         # outputs [N], written (not accumulated)
         g_means: wp.array(dtype=vec3),
@@ -279,9 +282,8 @@ def make_projection_backward_kernel(float_t):
         g_intensities: wp.array(dtype=float_t),
     ):
         i = wp.tid()
-        rec = splats[i]
         g = g_splats[i]
-        if rec[5] <= zero:  # culled: the record is zeros and carries no gradient
+        if extents[i][0] <= zero:  # culled: the record is zeros and carries no gradient
             g_means[i] = vec3()
             g_quats[i] = vec4()
             g_scales[i] = vec3()

@@ -601,9 +601,9 @@ class _RenderLidar(torch.autograd.Function):
                                     part_range, part_int, median_id, splats, float(settings.min_hit)],
                [range_sum, int_sum, hit, T_final, median, range_, intensity], device=wdev, block_dim=TILE_RAYS)
 
-        ctx.save_for_backward(means, quats, scales, opacities, intensities, splats, values, bins.ray_masks, bins.order,
-                              items, num_items, tile_items, part_T, part_range, part_int, part_last, median_id, T_final,
-                              range_sum, int_sum)
+        ctx.save_for_backward(means, quats, scales, opacities, intensities, splats, extents, values, bins.ray_masks,
+                              bins.order, items, num_items, tile_items, part_T, part_range, part_int, part_last,
+                              median_id, T_final, range_sum, int_sum)
         ctx.lidar, ctx.channel_f, ctx.min_hit = lidar, channel_f, float(settings.min_hit)
         ctx.mark_non_differentiable(splats, extents, total, overflow, ranges, items, num_items)
         # Outputs without a gradient arrive as None, not as zeros: autograd would otherwise fill
@@ -614,8 +614,9 @@ class _RenderLidar(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_range_sum, g_int_sum, g_hit, g_median, g_range, g_intensity, *_):
-        (means, quats, scales, opacities, intensities, splats, values, ray_masks, order, items, num_items, tile_items,
-         part_T, part_range, part_int, part_last, median_id, T_final, range_sum, int_sum) = ctx.saved_tensors
+        (means, quats, scales, opacities, intensities, splats, extents, values, ray_masks, order, items, num_items,
+         tile_items, part_T, part_range, part_int, part_last, median_id, T_final, range_sum,
+         int_sum) = ctx.saved_tensors
         lidar, channel_f = ctx.lidar, ctx.channel_f
         dtype, device = means.dtype, means.device
         k = _kernels(dtype)
@@ -643,7 +644,7 @@ class _RenderLidar(torch.autograd.Function):
             launch(k["project_bwd"], n,
                    [means, quats, scales, lidar.rot_start, lidar.trans_start, lidar.rot_end,
                     lidar.trans_end, float(lidar.sign), float(lidar.start_azimuth), float(lo), float(hi),
-                    float(lidar.eps[0]), float(lidar.eps[1]), splats, g_splats],
+                    float(lidar.eps[0]), float(lidar.eps[1]), extents, g_splats],
                    [g_means, g_quats, g_scales, g_opacities, g_intensities], device=wdev)
         return g_means, g_quats, g_scales, g_opacities, g_intensities, None, None
 
