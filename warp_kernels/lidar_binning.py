@@ -57,9 +57,9 @@ number of intersections: ``L = max(CHUNK_MIN, ceil(ceil(num * intersections / (d
 synchronisation. Items of one tile are consecutive, in front-to-back order.
 
 Launch order. The rasterizer's blocks take the items longest first (``order``: slot -> item),
-in ORDER_BUCKETS length classes (``length_bucket``): whole chunks (and last chunks nearly as long) first, then
-the tiles' other last chunks from the longest class down; within a class, in tile order, a
-tile's chunks front to back. The last blocks an SM starts are then short, and no long item
+in ORDER_BUCKETS length classes (``length_bucket``): whole chunks (and last chunks nearly as
+long) first, then the tiles' other last chunks from the longest class down; within a class, in
+tile order, a tile's chunks front to back. The last blocks an SM starts are then short, and no long item
 starts at the end of the launch and sets its tail. It is a counting sort, with no sort call
 and no launch of its own: ``count_items`` counts each tile's items per class, the one
 torch.cumsum scans every class's row at once, and ``emit_items`` places each item.
