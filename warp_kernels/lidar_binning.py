@@ -285,13 +285,15 @@ def make_binning_kernels(float_t):
         ranges: wp.array2d(dtype=wp.int32),  # [T, 2] out: zeroed, for ray_masks' tile bounds (no fill of its own)
     ):
         i = wp.tid()
+        # the Gaussian's reads first (with the extents, not after the test on them: one wait for memory, not
+        # two), ahead of the writes below (which the compiler may not move them past)
+        ext = extents[i]
+        rec = splats[i]
         for r in range(i, ranges.shape[0], extents.shape[0]):
             ranges[r, 0] = 0
             ranges[r, 1] = 0
-        ext = extents[i]
         count = int(0)
         if ext[0] > float_t(0.0):
-            rec = splats[i]
             lo = rec[1] - ext[1]
             hi = rec[1] + ext[1]
             for b in range(first_band(band_f, lo), band_f.shape[0]):
@@ -324,17 +326,18 @@ def make_binning_kernels(float_t):
         n = extents.shape[0]
         if i == n - 1:
             total[0] = offsets[i]  # the scan's last entry: all intersections
+        # the Gaussian's reads first, ahead of the culling test: one wait for memory, not two
+        ext = extents[i]
+        rec = splats[i]
+        k = offsets[i] - counts[i]
         for p in range(offsets[n - 1] + i, capacity, n):
             keys[p] = KEY_PAD
-        ext = extents[i]
         if ext[0] <= float_t(0.0):
             return
-        rec = splats[i]
         qmax = (1 << range_bits) - 1
         q = wp.clamp(int(wp.floor(rec[5] * range_scale)), 0, qmax)
         lo = rec[1] - ext[1]
         hi = rec[1] + ext[1]
-        k = offsets[i] - counts[i]
         for b in range(first_band(band_f, lo), band_f.shape[0]):
             bf = band_f[b]
             if bf[0] > hi:
@@ -398,10 +401,11 @@ def make_binning_kernels(float_t):
             overflow[0] = total[0] > capacity
         if k >= n:
             return
+        # the entry's reads ahead of tile_bounds' writes (which the compiler may not move them past)
         tile = keys[k] >> range_bits
-        tile_bounds(keys, k, n, tile, range_bits, ranges)
         i = ids[k]
         rec = splats[i]
+        tile_bounds(keys, k, n, tile, range_bits, ranges)
         # alpha >= ALPHA_MIN  <=>  sigma <= log(opacity / ALPHA_MIN); widened so rounding never culls a ray
         s_max = wp.log(wp.max(rec[6], float_t(1e-30)) / float_t(ALPHA_MIN))
         s_max = s_max + float_t(SIGMA_MARGIN) * (float_t(1.0) + wp.abs(s_max))

@@ -158,7 +158,12 @@ def make_projection_kernel(float_t):
         extents: wp.array(dtype=vec2),  # half-widths in (alpha, elev); (0, 0) = culled
     ):
         i = wp.tid()
+        # every read of the Gaussian first, ahead of the culling branches: one wait for memory, not three
         mean = means[i]
+        s = scales[i]
+        op = opacities[i]
+        qv = quats[i]
+        intensity = intensities[i]
         q0 = to_quat(rot_start[0])
         q1 = to_quat(rot_end[0])
         t0 = trans_start[0]
@@ -172,8 +177,6 @@ def make_projection_kernel(float_t):
 
         rho2 = p[0] * p[0] + p[1] * p[1]
         r = wp.sqrt(rho2 + p[2] * p[2])
-        s = scales[i]
-        op = opacities[i]
         # culled: out of range, the sensor inside the Gaussian, too faint to reach ALPHA_MIN
         if (r <= min_range or r > max_range or rho2 <= float_t(0.0)
                 or r < float_t(NEAR_SIGMAS) * wp.max(s[0], wp.max(s[1], s[2])) or op <= float_t(ALPHA_MIN)):
@@ -194,7 +197,7 @@ def make_projection_kernel(float_t):
         J = mat23(-sph * ka, cph * ka, float_t(0.0),
                   -sth * cph * ir, -sth * sph * ir, cth * ir)
 
-        Rg = wp.quat_to_matrix(wp.normalize(to_quat(quats[i])))
+        Rg = wp.quat_to_matrix(wp.normalize(to_quat(qv)))
         M = Rg * wp.diag(s)
         JW = J * R
         JM = JW * M
@@ -208,7 +211,7 @@ def make_projection_kernel(float_t):
             cull(splats, extents, i)  # degenerate, or above or below every beam
             return
         inv_det = float_t(1.0) / det
-        splats[i] = vec8(az, elev, c2 * inv_det, -b2 * inv_det, a2 * inv_det, r, op, intensities[i])
+        splats[i] = vec8(az, elev, c2 * inv_det, -b2 * inv_det, a2 * inv_det, r, op, intensity)
         extents[i] = vec2(wp.sqrt(reach * a2), ext_el)
 
     return project_lidar
@@ -231,7 +234,10 @@ def make_projection_backward_kernel(float_t):
     # kernel at 5M Gaussians took 0.36 ms instead of 0.63 (122 registers, no stack; the twin checks
     # unchanged; 118 registers and 0.35 ms with ``jacobian_angles``, fifteenth). The
     # forward projection was slower with it (0.34 against 0.29 ms) and keeps IEEE arithmetic
-    # (benchmarks/RESULTS.md, raster-lidar, thirteenth).
+    # (benchmarks/RESULTS.md, raster-lidar, thirteenth). Reading all of a Gaussian's inputs before
+    # the culling test (one wait for memory instead of two: ncu sampled its warps waiting on loads
+    # 38% of the time) took the backward from 0.34 to 0.29 ms at 5M Gaussians, and the forward,
+    # likewise, from 0.19 to 0.18 ms (benchmarks/RESULTS.md, raster-lidar, twentieth).
     module = variant_module(__name__, float_t, "backward", fast_math=float_t == wp.float32)
     vec2 = wp.types.vector(2, float_t)
     vec3 = wp.types.vector(3, float_t)
@@ -282,8 +288,13 @@ def make_projection_backward_kernel(float_t):
         g_intensities: wp.array(dtype=float_t),
     ):
         i = wp.tid()
+        # every read of the Gaussian first, ahead of the culling branch: one wait for memory, not two
+        culled = extents[i][0] <= zero
         g = g_splats[i]
-        if extents[i][0] <= zero:  # culled: the record is zeros and carries no gradient
+        mean = means[i]
+        qv = quats[i]
+        s = scales[i]
+        if culled:  # the record is zeros and carries no gradient
             g_means[i] = vec3()
             g_quats[i] = vec4()
             g_scales[i] = vec3()
@@ -292,7 +303,6 @@ def make_projection_backward_kernel(float_t):
             return
         g_opacities[i] = g[6]
         g_intensities[i] = g[7]
-        mean = means[i]
         q0 = to_quat(rot_start[0])
         q1 = to_quat(rot_end[0])
         t0 = trans_start[0]
@@ -312,11 +322,9 @@ def make_projection_backward_kernel(float_t):
         cph, sph, cth, sth = jacobian_angles(p, rho, ir, elev, clamp_lo, clamp_hi)
         ka = sign * ir / cth
         J = mat23(-sph * ka, cph * ka, zero, -sth * cph * ir, -sth * sph * ir, cth * ir)
-        qv = quats[i]
         qn = wp.length(qv)
         qu = qv / qn
         Rg = rotation_wxyz(qu)
-        s = scales[i]
         M = Rg * wp.diag(s)
         JW = J * R
         JM = JW * M
