@@ -359,11 +359,12 @@ def make_raster_kernels(float_t, add8, launch_bounds):
                     kk = c * nw + lowest_bit(mine)
                     mine = mine & (mine - 1)
                     rec = wp.tile_extract(t_rec, kk)
-                    # The ray's state is updated without branches (where the walk skips the splat alpha is
-                    # 0, and T, the sums and the median stay as they are): the branches compiled to a dozen
-                    # selects per step, and the pass took 0.40 ms at 5M Gaussians on an H200 against 0.35
-                    # now. (The backward's walk, written so, took 0.65 ms against 0.59: its branch also skips
-                    # the entries past the ray's last; benchmarks/RESULTS.md, raster-lidar, twentieth.)
+                    # The ray's state is updated without branches (alpha is 0 where the walk skips the
+                    # splat, and then T, the sums and the median stay as they are): the branches compiled to
+                    # a dozen selects per step, and the pass took 0.40 ms at 5M Gaussians on an H200 against
+                    # 0.35 now. (The backward's walk, written so, took 0.65 ms against 0.59-0.61: its branch
+                    # also skips the entries past the ray's last; benchmarks/RESULTS.md, raster-lidar,
+                    # twentieth.)
                     alpha = splat_alpha(rec, ray_az, ray_el)
                     next_T = T * (float_t(1.0) - alpha)
                     stop = next_T <= float_t(T_MIN)
