@@ -21,6 +21,7 @@ start and end. Gaussians of moving actors are placed by the caller for the sweep
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -415,7 +416,9 @@ class LidarRender:
     num_items: torch.Tensor  # [1] int32 on the device: valid rows of work_items
 
 
+@functools.lru_cache(maxsize=None)  # looked up three times per forward + backward: host time (read only)
 def _kernels(dtype: torch.dtype) -> dict:
+    """The lidar kernels for the Gaussians' float type, by role."""
     if dtype == torch.float32:
         s = "f32"
     elif dtype == torch.float64:

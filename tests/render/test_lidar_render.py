@@ -369,6 +369,9 @@ def test_bad_inputs_are_refused():
         render_lidar(*params[:3], params[3].double(), params[4], lidar)
     with pytest.raises(ValueError, match="capacity"):
         render_lidar(*params, lidar, settings=LidarRenderSettings(capacity=0))
+    for _ in range(2):  # the kernel table is cached per dtype: the refusal is not
+        with pytest.raises(ValueError, match="float32 or float64"):
+            render_lidar(*[p.half() for p in params], lidar)
     with pytest.raises(ValueError, match="band_rows"):
         make_lidar(band_rows=5)
     with pytest.raises(ValueError, match="rotation"):
