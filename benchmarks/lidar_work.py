@@ -18,9 +18,16 @@ and counts, per ray:
 * forward: the forward's steps. Each thread walks its own masked entries up to its stop,
   32 entries (a window) at a time, and a CUDA warp takes as many steps in a window as its
   busiest thread: the sum over windows of that maximum, times 32 lanes;
+* forward_pairs: the pairs the forward's threads evaluate in those steps (their masked entries
+  up to and with their stop): forward_pairs / forward is the share of a warp's lanes at work;
+* forward_batch: the forward's steps if a warp walked a whole batch (BATCH entries, what the block
+  stages at a time) as one window: how much wider windows alone would give;
 * transmittance: the same for the pass over every chunk but the last of its tile, each chunk
   on its own until its rays stop within it, and the part of it in warps whose rays had all
   stopped in the chunks before (work a pass that knew the chunks in front could skip);
+* transmittance_two_waves: the transmittance pass in two launches, the tiles' first chunks and then
+  the others, these with the rays that the first chunk stopped already done (a ray-level skip that
+  needs no waiting between blocks);
 * forward_blocks, transmittance_blocks: the lane-steps for which the passes' blocks (the
   renderer's ``lidar_raster.BLOCK_WARPS`` warps each) hold their warps: a block lasts as long as
   its busiest warp, and its SM starts no other block until then (per-batch barriers aside).
@@ -43,11 +50,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from benchmarks.raster_lidar import add_street_options  # noqa: E402
 from nurec_usd.render.lidar import LidarBatch, LidarRenderSettings, bin_lidar, lane_rays  # noqa: E402
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN  # noqa: E402
-from warp_kernels.lidar_binning import CHUNK_OF_MEAN, TILE_RAYS, WARPS, chunk_length  # noqa: E402
+from warp_kernels.lidar_binning import BATCH, CHUNK_OF_MEAN, TILE_RAYS, WARPS, chunk_length  # noqa: E402
 from warp_kernels.lidar_raster import BLOCK_WARPS  # noqa: E402
 
-KEYS = ("list", "marked", "masked", "hit", "needed", "forward", "forward_blocks", "transmittance",
-        "transmittance_blocks", "transmittance_after_stop", "missed")
+KEYS = ("list", "marked", "masked", "hit", "needed", "forward", "forward_pairs", "forward_batch", "forward_blocks",
+        "transmittance", "transmittance_blocks", "transmittance_after_stop", "transmittance_two_waves", "missed")
 
 
 def _first_stop(P: torch.Tensor) -> torch.Tensor:  # [L, R] running products -> [R]
@@ -56,11 +63,11 @@ def _first_stop(P: torch.Tensor) -> torch.Tensor:  # [L, R] running products -> 
     return torch.where(stops.any(0), stops.double().argmax(0), torch.full_like(stops[0], P.shape[0], dtype=torch.long))
 
 
-def _warp_steps(walk: torch.Tensor) -> torch.Tensor:  # [L, R] bool -> [WARPS]
-    """Lane-steps of per-thread walks in windows of 32 entries: per window, each CUDA warp steps as often as
-    its busiest lane; summed over the windows, times 32 lanes."""
-    pad = -walk.shape[0] % 32
-    w = torch.nn.functional.pad(walk, (0, 0, 0, pad)).view(-1, 32, WARPS, 32)  # [windows, entry, warp, lane]
+def _warp_steps(walk: torch.Tensor, window: int = 32) -> torch.Tensor:  # [L, R] bool -> [WARPS]
+    """Lane-steps of per-thread walks in windows of ``window`` entries: per window, each CUDA warp steps as
+    often as its busiest lane; summed over the windows, times 32 lanes."""
+    pad = -walk.shape[0] % window
+    w = torch.nn.functional.pad(walk, (0, 0, 0, pad)).view(-1, window, WARPS, 32)  # [windows, entry, warp, lane]
     return w.sum(1).amax(-1).sum(0) * 32
 
 
@@ -122,8 +129,11 @@ def work_counts(params: list, lidar: LidarBatch, chunk: int | None = None) -> di
         for m in range(tile_items.shape[0]):
             cs, ce = int(tile_items[m, 1]) - s, int(tile_items[m, 2]) - s
             # a thread evaluates its masked entries up to and with the one that stops it; windows start at the chunk's
-            steps = _warp_steps(masked[cs:ce] & (idx[cs:ce] <= stop[None, :]))  # [WARPS]
+            walk = masked[cs:ce] & (idx[cs:ce] <= stop[None, :])
+            steps = _warp_steps(walk)  # [WARPS]
             counts["forward"] += int(steps.sum())
+            counts["forward_pairs"] += int(walk.sum())
+            counts["forward_batch"] += int(_warp_steps(walk, BATCH).sum())
             counts["forward_blocks"] += _block_steps(steps)
             if m == tile_items.shape[0] - 1:
                 continue  # the last chunk of a tile has no transmittance pass
@@ -135,6 +145,9 @@ def work_counts(params: list, lidar: LidarBatch, chunk: int | None = None) -> di
             counts["transmittance"] += int(steps.sum())
             counts["transmittance_blocks"] += _block_steps(steps)
             counts["transmittance_after_stop"] += int(steps[stopped_warp].sum())
+            if m > 0:  # the second wave: the rays whose product fell to T_MIN within the first chunk are done
+                walk = walk & (stop >= int(tile_items[0, 2]) - s)[None, :]
+            counts["transmittance_two_waves"] += int(_warp_steps(walk).sum())
     return counts
 
 

@@ -15,7 +15,10 @@ def _check_order(c: dict) -> None:
     assert c["missed"] == 0, c
     assert 0 < c["needed"] <= c["hit"] <= c["masked"] <= c["marked"] <= c["list"], c
     assert c["needed"] <= c["forward"] <= c["forward_blocks"], c
+    # each lane evaluates its own walk's pairs; a window as wide as a batch never takes more steps
+    assert c["needed"] <= c["forward_pairs"] <= c["forward_batch"] <= c["forward"], c
     assert c["transmittance_after_stop"] <= c["transmittance"] <= c["transmittance_blocks"], c
+    assert c["transmittance_two_waves"] <= c["transmittance"], c
 
 
 def test_block_steps_hold_each_block_for_its_busiest_warp():
@@ -32,8 +35,9 @@ def test_street_counts(dtype):
 
 
 def test_transmittance_after_the_stops_on_opaque_shells():
-    """Nearly opaque shells stop every ray within the first of its tile's chunks of 5: much of the
-    transmittance pass comes after the stops. Uncut lists have no transmittance pass at all."""
+    """Nearly opaque shells stop most rays part-way along their tile's list: cut into chunks of 5, much
+    of the transmittance pass comes after the stops, and with chunks of 200 a second wave of the pass
+    skips the rays that the first chunk stopped. Uncut lists have no transmittance pass at all."""
     params = make_gaussians(1000, torch.float64, seed=5, near=4.0, far=6.0, size=1.0)
     params[3] = torch.full_like(params[3], 0.98)
     lidar = make_lidar(torch.float64)
@@ -45,6 +49,10 @@ def test_transmittance_after_the_stops_on_opaque_shells():
     assert whole["items"] <= lidar.tiles.num_tiles and whole["transmittance"] == 0, whole
     same = ("list", "marked", "masked", "hit", "needed")  # the chunks change neither the lists nor the rays' walks
     assert {k: whole[k] for k in same} == {k: c[k] for k in same}
+    # with chunks of 200 most rays stop within their tile's first chunk: the second wave skips them
+    two = work_counts(params, lidar, chunk=200)
+    _check_order(two)
+    assert two["transmittance_two_waves"] < 0.9 * two["transmittance"], two
 
 
 @pytest.mark.parametrize("band_rows, columns, size, near, far", [
