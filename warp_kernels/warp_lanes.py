@@ -197,6 +197,16 @@ def lowest_bit(m: int) -> int:
     ...
 
 
+@wp.func_native("""
+if (n <= 0) return 0;
+if (n >= 32) return -1;
+return (int)((1u << n) - 1u);
+""")
+def bits_below(n: int) -> int:
+    """Bits 0 .. n - 1 set (none for n <= 0, all 32 for n >= 32), as an int32."""
+    ...
+
+
 # A 32 x 32 bit matrix transposed across the warp: lane l holds row l, and ends up holding
 # column l. Five butterfly steps; at step s a lane swaps, with lane l ^ s, the s-bit groups
 # where the row's and the column's bit s differ (the off-diagonal blocks of each 2s x 2s block).
