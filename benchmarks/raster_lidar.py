@@ -46,15 +46,16 @@ from benchmarks.timing import host_ms, median_ms  # noqa: E402
 
 # imported in main(), after --min-blocks, --block-warps and --tile-rays have set the kernels' budget and blocks
 LidarRenderSettings = bin_lidar = render_lidar = tile_work = render_lidar_reference = None
-cubin_resources = street_lidar = street_scene = None
+cubin_resources = make_gaussians = make_lidar = street_lidar = street_scene = None
 
 
 def _import_renderer() -> None:
     global LidarRenderSettings, bin_lidar, render_lidar, tile_work, render_lidar_reference
-    global cubin_resources, street_lidar, street_scene
+    global cubin_resources, make_gaussians, make_lidar, street_lidar, street_scene
     from nurec_usd.render.lidar import LidarRenderSettings, bin_lidar, render_lidar, tile_work  # noqa: F811
     from nurec_usd.render.reference import render_lidar_reference  # noqa: F811
-    from render.test_lidar_render import cubin_resources, street_lidar, street_scene  # noqa: F811
+    from render.test_lidar_render import (cubin_resources, make_gaussians, make_lidar, street_lidar,  # noqa: F811
+                                          street_scene)
 
 
 FIELDS = ("range_sum", "intensity_sum", "hit_prob", "median_range")
@@ -63,13 +64,22 @@ PARAM_NAMES = ("means", "quats", "scales", "opacities", "intensities")
 
 
 
+def _twin_scenes(device: torch.device, n: int, dtype: torch.dtype):
+    """(name, lidar, Gaussians) of the twin check: a street of n Gaussians, and opaque shells (the
+    tests' saturated scene: most rays stop on T_MIN, where the kernels' warps walk to their furthest
+    ray and each lane must leave out the entries behind its own stop)."""
+    yield "street", street_lidar(16, 256, dtype=dtype, device=device), \
+        [p.to(device) for p in street_scene(n, seed=1, dtype=dtype, half_length=15.0)]
+    shells = make_gaussians(1000, dtype, seed=5, near=4.0, far=6.0, size=0.5)
+    shells[3] = torch.full_like(shells[3], 0.98)
+    yield "shells", make_lidar(dtype).to(device=device), [p.to(device) for p in shells]
+
+
 def check_against_twin(device: torch.device, n: int) -> bool:
     """Forward and backward of the kernels against the twin, on ``device``; prints the errors."""
     ok = True
     for dtype, tol_fwd, tol_grad in ((torch.float32, 2e-4, 1e-3), (torch.float64, 1e-9, 1e-9)):
-        lidar = street_lidar(16, 256, dtype=dtype, device=device)
-        params = [p.to(device) for p in street_scene(n, seed=1, dtype=dtype, half_length=15.0)]
-        for chunk in (None, 16):
+        for scene, lidar, params, chunk in [(*s, c) for s in _twin_scenes(device, n, dtype) for c in (None, 16)]:
             leaves = [p.clone().requires_grad_(True) for p in params]
             out = render_lidar(*leaves, lidar, settings=LidarRenderSettings(chunk=chunk))
             ref = render_lidar_reference(*leaves, lidar)
@@ -88,7 +98,7 @@ def check_against_twin(device: torch.device, n: int) -> bool:
             fwd = max(float(((getattr(out, f) - ref[f]).abs().max() / ref[f].abs().max().clamp_min(1)).detach())
                       for f in FIELDS[:3] + ("range", "intensity"))
             off = float(((out.median_range - ref["median_range"]).abs() > 1e-3).double().mean())
-            line = (f"{str(dtype):14s} chunk={str(chunk):4s} n={n}: max relative |out - twin| = {fwd:.1e}, "
+            line = (f"{str(dtype):14s} {scene:6s} chunk={str(chunk):4s}: max relative |out - twin| = {fwd:.1e}, "
                     f"median ranges off by > 1 mm: {100 * off:.3f}%; grads")
             ok &= fwd < tol_fwd and off < (1e-3 if dtype == torch.float32 else 1e-12)
             for name, a, b in zip(PARAM_NAMES, grads, grads_ref):

@@ -177,9 +177,12 @@ def test_gradcheck_float64():
 
 def test_chunks_reproduce_one_walk_with_saturated_rays():
     """Opaque shells saturate most rays (T < 1e-4 stops the walk) in an early chunk; cutting the
-    lists into chunks of 5 must give what one front-to-back walk gives."""
-    params = make_gaussians(1000, torch.float64, seed=5, near=4.0, far=6.0, size=0.5)
-    params[3] = torch.full_like(params[3], 0.98)
+    lists into chunks of 5 must give what one front-to-back walk gives, and the gradients the twin's
+    (the backward walks only the entries in front of each ray's stop)."""
+    params = [p.requires_grad_(True) for p in make_gaussians(1000, torch.float64, seed=5, near=4.0, far=6.0,
+                                                             size=0.5)]
+    with torch.no_grad():
+        params[3].fill_(0.98)
     lidar = make_lidar(torch.float64)
     whole = render_lidar(*params, lidar)
     chunked = render_lidar(*params, lidar, settings=LidarRenderSettings(chunk=5))
@@ -188,6 +191,14 @@ def test_chunks_reproduce_one_walk_with_saturated_rays():
     for f in FIELDS:
         torch.testing.assert_close(getattr(chunked, f), getattr(whole, f), atol=1e-12, rtol=1e-12, msg=f)
         torch.testing.assert_close(getattr(chunked, f), ref[f], atol=1e-12, rtol=1e-12, msg=f)
+    g = torch.Generator().manual_seed(3)
+    weights = [torch.randn(C, W, generator=g, dtype=torch.float64) for _ in FIELDS]
+    grads_ref = torch.autograd.grad(_weighted_loss(ref, weights), params, retain_graph=True)
+    for out in (whole, chunked):
+        grads = torch.autograd.grad(_weighted_loss(out, weights), params)
+        for name, a, b in zip(["means", "quats", "scales", "opacities", "intensities"], grads, grads_ref):
+            err = ((a - b).norm() / b.norm()).item()
+            assert err < 1e-10, f"{name}: relative gradient error {err:.2e}"
 
 
 @pytest.mark.parametrize("rotation, start_deg, gaussian_deg", [
