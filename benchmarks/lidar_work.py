@@ -27,7 +27,8 @@ and counts, per ray:
   stopped in the chunks before (work a pass that knew the chunks in front could skip);
 * transmittance_two_waves: the transmittance pass in two launches, the tiles' first chunks and then
   the others, these with the rays that the first chunk stopped already done (a ray-level skip that
-  needs no waiting between blocks);
+  needs no waiting between blocks; timed on an H200, two launches and one launch with flags were
+  no faster: benchmarks/RESULTS.md, raster-lidar, twenty-first);
 * forward_blocks, transmittance_blocks: the lane-steps for which the passes' blocks (the
   renderer's ``lidar_raster.BLOCK_WARPS`` warps each) hold their warps: a block lasts as long as
   its busiest warp, and its SM starts no other block until then (per-batch barriers aside).

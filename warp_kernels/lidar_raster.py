@@ -567,8 +567,9 @@ def make_raster_kernels(float_t, add8, launch_bounds):
                     continue
                 # the entries at or past the lane's last (j <= count - 1 - first - c nw - lim) are dropped
                 # from its bits rather than stepped over: a warp steps in a window as often as its busiest
-                # lane has entries there (at 5M Gaussians on an H200 the pass took 0.53-0.54 ms instead of
-                # 0.59-0.60; benchmarks/RESULTS.md, raster-lidar, twenty-first)
+                # lane has entries there (at 5M Gaussians on an H200 the pass took 0.526-0.535 ms instead of
+                # 0.587-0.599; benchmarks/RESULTS.md, raster-lidar, twenty-first). On the CPU (a warp of
+                # one thread) ``first`` already starts the walk at the thread's own last.
                 mine = warp_transpose_bits(h, t) & ~bits_below(count - first - c * nw - lim)
                 while mine != 0:
                     j = lowest_bit(mine)

@@ -175,17 +175,18 @@ def test_gradcheck_float64():
     assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
 
 
-def test_chunks_reproduce_one_walk_with_saturated_rays():
-    """Opaque shells saturate most rays (T < 1e-4 stops the walk) in an early chunk; cutting the
-    lists into chunks of 5 must give what one front-to-back walk gives, and the gradients the twin's
-    (the backward walks only the entries in front of each ray's stop)."""
+@pytest.mark.parametrize("chunk", [5, 200])
+def test_chunks_reproduce_one_walk_with_saturated_rays(chunk):
+    """Opaque shells saturate most rays (T < 1e-4 stops the walk) part-way along their tiles' lists;
+    cutting the lists into chunks (short and long) must give what one front-to-back walk gives, and
+    the gradients the twin's (the backward walks only the entries in front of each ray's stop)."""
     params = [p.requires_grad_(True) for p in make_gaussians(1000, torch.float64, seed=5, near=4.0, far=6.0,
                                                              size=0.5)]
     with torch.no_grad():
         params[3].fill_(0.98)
     lidar = make_lidar(torch.float64)
     whole = render_lidar(*params, lidar)
-    chunked = render_lidar(*params, lidar, settings=LidarRenderSettings(chunk=5))
+    chunked = render_lidar(*params, lidar, settings=LidarRenderSettings(chunk=chunk))
     ref = render_lidar_reference(*params, lidar)
     assert float((whole.hit_prob > 1 - 2e-4).double().mean()) > 0.5, "most rays must stop on T_MIN"
     for f in FIELDS:
