@@ -6,9 +6,9 @@
     python benchmarks/raster_lidar.py --device cpu --small        # smoke run, seconds
 
 First a correctness check on the device against the pure-torch twin (a small lidar and a few
-thousand street Gaussians; forward and every gradient, float32 and float64, with chunked
-tiles too: the warp-level reductions of the backward only exist on CUDA, so this is where
-they are checked). Then, per size: the Gaussians of ``street_scene`` (road, facades, cars,
+thousand street Gaussians, and the tests' opaque shells, where most rays stop on T_MIN; forward
+and every gradient, float32 and float64, with chunked tiles too: the warp-level walks and
+reductions only exist on CUDA, so this is where they are checked). Then, per size: the Gaussians of ``street_scene`` (road, facades, cars,
 poles, trees; flat, a few cm each, closing the surfaces) around a 10 Hz lidar with realistic channel elevations
 (-25..+15 degrees, ~0.1 degree apart at the horizon) driving at 10 m/s; CUDA-event medians
 after warm-up, in fixed-capacity mode (capacity = 1.2 x the exact count of a first render,
