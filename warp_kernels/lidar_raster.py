@@ -3,7 +3,7 @@
 Specialised for the lidar rather than shared with the camera: a lidar ray carries no
 colour, so its state (transmittance, range and intensity sums) and the Gaussian record (one
 ``vec8``: alpha, elev, conic, range, opacity, intensity: one 32-byte gather) are small, and
-the kernels have their own register budget (``LAUNCH_BOUNDS_F32``, below).
+the kernels have their own register budget (``LAUNCH_BOUNDS_WALK_F32``, below).
 
 Each thread walks only its own ray's (ray, Gaussian) pairs. The binning's ray masks
 (``lidar_binning.ray_masks``: per sorted entry and CUDA warp, a 32-bit set of the warp's rays
@@ -104,14 +104,27 @@ MEDIAN_T = 0.5  # the median return: where the accumulated opacity 1 - T reaches
 # occupancy), and no grid-stride loop (``grid_stride=False``: a tiled launch starts exactly the
 # blocks the items need; the loop alone cost the backward 16 registers). Measured from the sm_90
 # cubins' resource attributes (benchmarks/raster_lidar.py --registers; the tests check it). With
-# blocks of 4 warps the forward compiles to 72 registers unbounded; the default bound of 32 warps
-# per SM (8 blocks) holds it at 64 without a spill (chunk_transmittance 62, backward 64), as fast
-# or faster on an H200 (5M forward + backward 3.97-4.08 ms against 4.02-4.05). (With blocks of 8
-# warps, ``__launch_bounds__(256, 4)`` once made the backward spill.) NUREC_LIDAR_MIN_BLOCKS
-# (blocks per SM; 0 = no bound) overrides it at import (benchmarks/raster_lidar.py --min-blocks).
+# blocks of 4 warps the forward compiles to 72 registers unbounded; a bound of 32 warps per SM (8
+# blocks) holds it at 64 without a spill, as fast or faster on an H200 (5M forward + backward
+# 3.97-4.08 ms against 4.02-4.05). The forward and the transmittance pass take 36 warps per SM (9
+# blocks of 4 warps, as many as their shared memory allows): 56 registers, no spill, and at 5M
+# Gaussians 340-341 and 391-400 us against 351 and 405-409 with 8 blocks; the backward keeps 8
+# (64 registers: 543-547 us with 9 blocks against 524-545, and with 10 it spills)
+# (benchmarks/RESULTS.md, raster-lidar, twenty-first). (With blocks of 8 warps,
+# ``__launch_bounds__(256, 4)`` once made the backward spill.) NUREC_LIDAR_MIN_BLOCKS (blocks per
+# SM for all three; 0 = no bound) overrides them at import (benchmarks/raster_lidar.py --min-blocks).
 # The float64 kernels (CPU gradcheck) are unbounded.
-MIN_BLOCKS_PER_SM = int(os.environ.get("NUREC_LIDAR_MIN_BLOCKS", str(32 // BLOCK_WARPS)))  # 32 warps per SM
-LAUNCH_BOUNDS_F32 = (BLOCK_RAYS, MIN_BLOCKS_PER_SM) if MIN_BLOCKS_PER_SM > 0 else None
+_MIN_BLOCKS = os.environ.get("NUREC_LIDAR_MIN_BLOCKS")
+
+
+def _launch_bounds(warps_per_sm: int) -> tuple[int, int] | None:
+    """(threads per block, blocks per SM) for ``warps_per_sm`` resident warps, or the override."""
+    blocks = int(_MIN_BLOCKS) if _MIN_BLOCKS is not None else warps_per_sm // BLOCK_WARPS
+    return (BLOCK_RAYS, blocks) if blocks > 0 else None
+
+
+LAUNCH_BOUNDS_WALK_F32 = _launch_bounds(36)  # chunk_transmittance and lidar_forward
+LAUNCH_BOUNDS_BACKWARD_F32 = _launch_bounds(32)  # lidar_backward
 
 PI = math.pi
 TWO_PI = 2.0 * math.pi
@@ -190,7 +203,7 @@ def ray_of(tile: int, lane: int, tile_band: wp.array(dtype=int), band_i: wp.arra
     return ch, k
 
 
-def make_raster_kernels(float_t, add8, launch_bounds):
+def make_raster_kernels(float_t, add8, walk_bounds, backward_bounds):
     """The five rasterization kernels for one float type.
 
     Launched tiled: ``wp.launch_tiled(dim=[max_items * SPLIT], block_dim=BLOCK_RAYS)`` for the
@@ -235,7 +248,7 @@ def make_raster_kernels(float_t, add8, launch_bounds):
             alpha = float_t(0.0)
         return alpha
 
-    @wp.kernel(module=module, launch_bounds=launch_bounds, grid_stride=False)
+    @wp.kernel(module=module, launch_bounds=walk_bounds, grid_stride=False)
     def chunk_transmittance(
         order: wp.array(dtype=wp.int32),  # [I] launch order: slot -> item
         items: wp.array(dtype=wp.vec4i),  # [I] (tile, start, end, chunk index)
@@ -298,7 +311,7 @@ def make_raster_kernels(float_t, add8, launch_bounds):
         if ch >= 0:
             chunk_P[item, lane] = P
 
-    @wp.kernel(module=module, launch_bounds=launch_bounds, grid_stride=False)
+    @wp.kernel(module=module, launch_bounds=walk_bounds, grid_stride=False)
     def lidar_forward(
         order: wp.array(dtype=wp.int32),  # [I]
         items: wp.array(dtype=wp.vec4i),  # [I]
@@ -491,7 +504,7 @@ def make_raster_kernels(float_t, add8, launch_bounds):
             if med >= 0:
                 wp.atomic_add(grad_splats, 8 * med + 5, g_median[c, k])
 
-    @wp.kernel(module=module, launch_bounds=launch_bounds, grid_stride=False)
+    @wp.kernel(module=module, launch_bounds=backward_bounds, grid_stride=False)
     def lidar_backward(
         order: wp.array(dtype=wp.int32),  # [I]
         items: wp.array(dtype=wp.vec4i),  # [I]
@@ -608,6 +621,6 @@ def make_raster_kernels(float_t, add8, launch_bounds):
 
 
 (chunk_transmittance_f32, lidar_forward_f32, lidar_merge_f32, lidar_output_grads_f32,
- lidar_backward_f32) = make_raster_kernels(wp.float32, add8_f32, LAUNCH_BOUNDS_F32)
+ lidar_backward_f32) = make_raster_kernels(wp.float32, add8_f32, LAUNCH_BOUNDS_WALK_F32, LAUNCH_BOUNDS_BACKWARD_F32)
 (chunk_transmittance_f64, lidar_forward_f64, lidar_merge_f64, lidar_output_grads_f64,
- lidar_backward_f64) = make_raster_kernels(wp.float64, add8_f64, None)
+ lidar_backward_f64) = make_raster_kernels(wp.float64, add8_f64, None, None)

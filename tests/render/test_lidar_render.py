@@ -11,6 +11,7 @@ reorder float sums): 1e-4 in float32, 1e-10 in float64.
 from __future__ import annotations
 
 import math
+import os
 import struct
 from pathlib import Path
 
@@ -731,11 +732,13 @@ def test_cuda_code_generation(python_module, module_name, tmp_path):
         raise
     cubins = [p for p in paths if p.suffix == ".cubin" and "sm90" in p.name]
     assert cubins and all(p.stat().st_size > 0 for p in cubins)
-    if module_name == "lidar_raster":
-        # the register budget holds: 64 registers (32 warps per SM) and no spill, under the
-        # default launch bounds (warp_kernels.lidar_raster.LAUNCH_BOUNDS_F32)
+    if module_name == "lidar_raster" and "NUREC_LIDAR_MIN_BLOCKS" not in os.environ:
+        # the register budgets hold without a spill, under the default launch bounds
+        # (warp_kernels.lidar_raster): 56 registers for the forward and the transmittance pass (36 warps
+        # per SM), 64 for the backward (32)
         res = cubin_resources(cubins[0])
-        for kernel in (module.lidar_forward_f32, module.chunk_transmittance_f32, module.lidar_backward_f32):
+        for kernel, regs in ((module.lidar_forward_f32, 56), (module.chunk_transmittance_f32, 56),
+                             (module.lidar_backward_f32, 64)):
             r = res[kernel.get_mangled_name() + "_cuda_kernel_forward"]
-            assert r["REGCOUNT"] <= 64, (kernel.key, r)
+            assert r["REGCOUNT"] <= regs, (kernel.key, r)
             assert r.get("FRAME_SIZE", 0) == 0, f"{kernel.key} spills: {r}"
