@@ -3,7 +3,8 @@
 Specialised for the lidar rather than shared with the camera: a lidar ray carries no
 colour, so its state (transmittance, range and intensity sums) and the Gaussian record (one
 ``vec8``: alpha, elev, conic, range, opacity, intensity: one 32-byte gather) are small, and
-the kernels have their own register budget (``LAUNCH_BOUNDS_WALK_F32``, below).
+the kernels have their own register budgets (``LAUNCH_BOUNDS_WALK_F32`` and
+``LAUNCH_BOUNDS_BACKWARD_F32``, below).
 
 Each thread walks only its own ray's (ray, Gaussian) pairs. The binning's ray masks
 (``lidar_binning.ray_masks``: per sorted entry and CUDA warp, a 32-bit set of the warp's rays
@@ -100,8 +101,9 @@ if BLOCK_WARPS not in (1, 2, 4, 8) or BLOCK_WARPS * SPLIT != WARPS:
     raise ValueError(f"NUREC_LIDAR_BLOCK_WARPS must be 1, 2, 4 or 8 and at most {WARPS}, got {BLOCK_WARPS}")
 MEDIAN_T = 0.5  # the median return: where the accumulated opacity 1 - T reaches 0.5
 
-# Register budget of the float32 per-item kernels: at most 64 registers (32 warps per SM, 50%
-# occupancy), and no grid-stride loop (``grid_stride=False``: a tiled launch starts exactly the
+# Register budgets of the float32 per-item kernels: at most 56 registers for the forward and the
+# transmittance pass (36 warps per SM), 64 for the backward (32 warps per SM, 50% occupancy), and no
+# grid-stride loop (``grid_stride=False``: a tiled launch starts exactly the
 # blocks the items need; the loop alone cost the backward 16 registers). Measured from the sm_90
 # cubins' resource attributes (benchmarks/raster_lidar.py --registers; the tests check it). With
 # blocks of 4 warps the forward compiles to 72 registers unbounded; a bound of 32 warps per SM (8
