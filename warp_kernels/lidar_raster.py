@@ -377,9 +377,9 @@ def make_raster_kernels(float_t, add8, walk_bounds, backward_bounds):
                     # The ray's state is updated without branches (alpha is 0 where the walk skips the
                     # splat, and then T, the sums and the median stay as they are): the branches compiled to
                     # a dozen selects per step, and the pass took 0.40 ms at 5M Gaussians on an H200 against
-                    # 0.35 now. (The backward's walk, written so, took 0.65 ms against 0.59-0.61: its branch
-                    # also skips the entries past the ray's last; benchmarks/RESULTS.md, raster-lidar,
-                    # twentieth.)
+                    # 0.35 now. (The backward's walk, written so, took 0.65 ms against 0.59-0.61 while it
+                    # still tested each entry against the ray's last; benchmarks/RESULTS.md, raster-lidar,
+                    # twentieth. It now drops those entries from its bits instead.)
                     alpha = splat_alpha(rec, ray_az, ray_el)
                     next_T = T * (float_t(1.0) - alpha)
                     stop = next_T <= float_t(T_MIN)
