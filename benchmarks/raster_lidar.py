@@ -8,9 +8,10 @@
 First a correctness check on the device against the pure-torch twin (a small lidar and a few
 thousand street Gaussians, and the tests' opaque shells, where most rays stop on T_MIN; forward
 and every gradient, float32 and float64, with chunked tiles too: the warp-level walks and
-reductions only exist on CUDA, so this is where they are checked). Then, per size: the Gaussians of ``street_scene`` (road, facades, cars,
-poles, trees; flat, a few cm each, closing the surfaces) around a 10 Hz lidar with realistic channel elevations
-(-25..+15 degrees, ~0.1 degree apart at the horizon) driving at 10 m/s; CUDA-event medians
+reductions only exist on CUDA, so this is where they are checked). Then, per size: the
+Gaussians of ``street_scene`` (road, facades, cars, poles, trees; flat, a few cm each, closing
+the surfaces) around a 10 Hz lidar with realistic channel elevations (-25..+15 degrees, ~0.1
+degree apart at the horizon) driving at 10 m/s; CUDA-event medians
 after warm-up, in fixed-capacity mode (capacity = 1.2 x the exact count of a first render,
 so no host synchronisation inside a render), of
 
@@ -46,15 +47,15 @@ from benchmarks.timing import host_ms, median_ms  # noqa: E402
 
 # imported in main(), after --min-blocks, --block-warps and --tile-rays have set the kernels' budget and blocks
 LidarRenderSettings = bin_lidar = render_lidar = tile_work = render_lidar_reference = None
-cubin_resources = make_gaussians = make_lidar = street_lidar = street_scene = None
+cubin_resources = make_lidar = opaque_shells = street_lidar = street_scene = None
 
 
 def _import_renderer() -> None:
     global LidarRenderSettings, bin_lidar, render_lidar, tile_work, render_lidar_reference
-    global cubin_resources, make_gaussians, make_lidar, street_lidar, street_scene
+    global cubin_resources, make_lidar, opaque_shells, street_lidar, street_scene
     from nurec_usd.render.lidar import LidarRenderSettings, bin_lidar, render_lidar, tile_work  # noqa: F811
     from nurec_usd.render.reference import render_lidar_reference  # noqa: F811
-    from render.test_lidar_render import (cubin_resources, make_gaussians, make_lidar, street_lidar,  # noqa: F811
+    from render.test_lidar_render import (cubin_resources, make_lidar, opaque_shells, street_lidar,  # noqa: F811
                                           street_scene)
 
 
@@ -70,9 +71,7 @@ def _twin_scenes(device: torch.device, n: int, dtype: torch.dtype):
     ray and each lane must leave out the entries behind its own stop)."""
     yield "street", street_lidar(16, 256, dtype=dtype, device=device), \
         [p.to(device) for p in street_scene(n, seed=1, dtype=dtype, half_length=15.0)]
-    shells = make_gaussians(1000, dtype, seed=5, near=4.0, far=6.0, size=0.5)
-    shells[3] = torch.full_like(shells[3], 0.98)
-    yield "shells", make_lidar(dtype).to(device=device), [p.to(device) for p in shells]
+    yield "shells", make_lidar(dtype).to(device=device), [p.to(device) for p in opaque_shells(dtype)]
 
 
 def check_against_twin(device: torch.device, n: int) -> bool:

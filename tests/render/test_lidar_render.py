@@ -64,6 +64,13 @@ def make_gaussians(n: int, dtype, seed: int = 0, near: float = 3.0, far: float =
     return [t.to(dtype) for t in (means, quats, scales, opacities, intensities)]
 
 
+def opaque_shells(dtype, size: float = 0.5):
+    """1000 nearly opaque Gaussians (opacity 0.98) 4-6 m around the lidar: most rays stop on T_MIN."""
+    params = make_gaussians(1000, dtype, seed=5, near=4.0, far=6.0, size=size)
+    params[3] = torch.full_like(params[3], 0.98)
+    return params
+
+
 def _compare(out, ref, atol_range: float, atol_prob: float, rtol: float) -> None:
     for f in FIELDS:
         atol = atol_prob if f == "hit_prob" else atol_range
@@ -181,10 +188,7 @@ def test_chunks_reproduce_one_walk_with_saturated_rays(chunk):
     """Opaque shells saturate most rays (T < 1e-4 stops the walk) part-way along their tiles' lists;
     cutting the lists into chunks (short and long) must give what one front-to-back walk gives, and
     the gradients the twin's (the backward walks only the entries in front of each ray's stop)."""
-    params = [p.requires_grad_(True) for p in make_gaussians(1000, torch.float64, seed=5, near=4.0, far=6.0,
-                                                             size=0.5)]
-    with torch.no_grad():
-        params[3].fill_(0.98)
+    params = [p.requires_grad_(True) for p in opaque_shells(torch.float64)]
     lidar = make_lidar(torch.float64)
     whole = render_lidar(*params, lidar)
     chunked = render_lidar(*params, lidar, settings=LidarRenderSettings(chunk=chunk))

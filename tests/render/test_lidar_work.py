@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from benchmarks.lidar_work import _block_steps, work_counts
-from render.test_lidar_render import make_gaussians, make_lidar, street_lidar, street_scene
+from render.test_lidar_render import make_gaussians, make_lidar, opaque_shells, street_lidar, street_scene
 from warp_kernels.lidar_binning import WARPS
 from warp_kernels.lidar_raster import BLOCK_WARPS
 
@@ -36,10 +36,10 @@ def test_street_counts(dtype):
 
 def test_transmittance_after_the_stops_on_opaque_shells():
     """Nearly opaque shells stop most rays part-way along their tile's list: cut into chunks of 5, much
-    of the transmittance pass comes after the stops, and with chunks of 200 a second wave of the pass
-    skips the rays that the first chunk stopped. Uncut lists have no transmittance pass at all."""
-    params = make_gaussians(1000, torch.float64, seed=5, near=4.0, far=6.0, size=1.0)
-    params[3] = torch.full_like(params[3], 0.98)
+    of the transmittance pass comes after the stops, and with chunks of 200 a pass in two waves (a
+    counted variant, not the renderer's) would skip the rays that the first chunk stopped. Uncut
+    lists have no transmittance pass at all."""
+    params = opaque_shells(torch.float64, size=1.0)
     lidar = make_lidar(torch.float64)
     c = work_counts(params, lidar, chunk=5)
     _check_order(c)
@@ -49,7 +49,7 @@ def test_transmittance_after_the_stops_on_opaque_shells():
     assert whole["items"] <= lidar.tiles.num_tiles and whole["transmittance"] == 0, whole
     same = ("list", "marked", "masked", "hit", "needed")  # the chunks change neither the lists nor the rays' walks
     assert {k: whole[k] for k in same} == {k: c[k] for k in same}
-    # with chunks of 200 most rays stop within their tile's first chunk: the second wave skips them
+    # with chunks of 200 most rays stop within their tile's first chunk: a second wave would skip them
     two = work_counts(params, lidar, chunk=200)
     _check_order(two)
     assert two["transmittance_two_waves"] < 0.9 * two["transmittance"], two
