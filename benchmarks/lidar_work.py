@@ -22,13 +22,15 @@ and counts, per ray:
   up to and with their stop): forward_pairs / forward is the share of a warp's lanes at work;
 * forward_batch: the forward's steps if a warp walked a whole batch (BATCH entries, what the block
   stages at a time) as one window: how much wider windows alone would give;
-* transmittance: the same for the pass over every chunk but the last of its tile, each chunk
-  on its own until its rays stop within it, and the part of it in warps whose rays had all
-  stopped in the chunks before (work a pass that knew the chunks in front could skip);
-* transmittance_two_waves: the transmittance pass in two launches, the tiles' first chunks and then
-  the others, these with the rays that the first chunk stopped already done (a ray-level skip that
-  needs no waiting between blocks; timed on an H200, two launches and one launch with flags were
-  no faster: benchmarks/RESULTS.md, raster-lidar, twenty-first);
+* transmittance: the same for the walks that only multiply (1 - alpha), in the forward's first
+  launch: every chunk but the first and the last of its tile (a first chunk's product comes from
+  its composited walk), each chunk on its own until its rays stop within it, and the part of it in
+  warps whose rays had all stopped in the chunks before (work a pass that knew the chunks in front
+  could skip);
+* transmittance_two_waves: those walks with the rays that their tile's first chunk stopped already
+  done (a ray-level skip that needs the first chunks finished: a launch of their own, or flags
+  between blocks; timed on an H200 while the first chunks still had such a walk too, both were no
+  faster: benchmarks/RESULTS.md, raster-lidar, twenty-first);
 * forward_blocks, transmittance_blocks: the lane-steps for which the passes' blocks (the
   renderer's ``lidar_raster.BLOCK_WARPS`` warps each) hold their warps: a block lasts as long as
   its busiest warp, and its SM starts no other block until then (per-batch barriers aside).
@@ -136,8 +138,8 @@ def work_counts(params: list, lidar: LidarBatch, chunk: int | None = None) -> di
             counts["forward_pairs"] += int(walk.sum())
             counts["forward_batch"] += int(_warp_steps(walk, BATCH).sum())
             counts["forward_blocks"] += _block_steps(steps)
-            if m == tile_items.shape[0] - 1:
-                continue  # the last chunk of a tile has no transmittance pass
+            if m == 0 or m == tile_items.shape[0] - 1:
+                continue  # a tile's first chunk gives its product from its composited walk; its last has none
             # each lane stops within the chunk once its own product is <= T_MIN (with that entry)
             local = _first_stop(torch.cumprod(one_minus[cs:ce], 0))
             walk = masked[cs:ce] & (idx[: ce - cs] <= local[None, :])
@@ -146,8 +148,8 @@ def work_counts(params: list, lidar: LidarBatch, chunk: int | None = None) -> di
             counts["transmittance"] += int(steps.sum())
             counts["transmittance_blocks"] += _block_steps(steps)
             counts["transmittance_after_stop"] += int(steps[stopped_warp].sum())
-            if m > 0:  # the second wave: the rays whose product fell to T_MIN within the first chunk are done
-                walk = walk & (stop >= int(tile_items[0, 2]) - s)[None, :]
+            # the rays whose product fell to T_MIN within the tile's first chunk are done
+            walk = walk & (stop >= int(tile_items[0, 2]) - s)[None, :]
             counts["transmittance_two_waves"] += int(_warp_steps(walk).sum())
     return counts
 

@@ -176,9 +176,8 @@ def main() -> None:
                     help="add each repetition's gradients into the last ones' (the measure before 2026-12-01) "
                          "instead of setting them to None first, as training does")
     ap.add_argument("--min-blocks", type=int, default=None,
-                    help="launch bounds of the float32 raster kernels: blocks per SM, for all three (default: 36 "
-                         "warps' worth for the forward and the transmittance pass, <= 56 registers, 32 for the "
-                         "backward, <= 64; 0: none)")
+                    help="launch bounds of the float32 raster kernels: blocks per SM, for both (default: 36 "
+                         "warps' worth for the forward, <= 56 registers, 32 for the backward, <= 64; 0: none)")
     ap.add_argument("--block-warps", type=int, default=None, choices=(1, 2, 4, 8),
                     help="CUDA warps per block of the raster kernels (default: the renderer's, 4)")
     ap.add_argument("--tile-rays", type=int, default=None, choices=(64, 128, 256),
@@ -264,7 +263,7 @@ def main() -> None:
     print()
     print(f"raster-lidar on {name}, torch {torch.__version__}, {args.channels} channels x {args.columns} columns "
           f"({args.channels * args.columns:,} rays), bands {band_rows}, tiles of {TILE_RAYS} rays, "
-          f"blocks of {BLOCK_WARPS} warps, launch bounds {LAUNCH_BOUNDS_WALK_F32} (forward, transmittance) and "
+          f"blocks of {BLOCK_WARPS} warps, launch bounds {LAUNCH_BOUNDS_WALK_F32} (forward) and "
           f"{LAUNCH_BOUNDS_BACKWARD_F32} (backward), median of {args.reps}"
           + ("" if check_ok is None else f"; correctness vs twin {'PASSED' if check_ok else 'FAILED'}"))
     head = ("| Gaussians | visible | intersections | work items | bin | forward | fwd rays/s | fwd+bwd | "

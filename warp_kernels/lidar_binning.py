@@ -65,9 +65,9 @@ and no launch of its own: ``count_items`` counts each tile's items per class, th
 torch.cumsum scans every class's row at once, and ``emit_items`` places each item.
 
 The fraction depends on the device (``CHUNK_OF_MEAN``):
-  * CUDA, a half. Each chunk but a tile's last costs a transmittance pass over it (the
-    rasterizer's first pass) and a merge, so long chunks are cheaper, as long as they do not
-    set the tail. On an H200 (benchmarks/RESULTS.md, raster-lidar, eighteenth; tiles of 128
+  * CUDA, a half. Each chunk but a tile's first and last costs a walk that only multiplies its
+    (1 - alpha) (in the forward's first launch; then, the first chunks' too), and every chunk a
+    block and a merge term, so long chunks are cheaper, as long as they do not set the tail. On an H200 (benchmarks/RESULTS.md, raster-lidar, eighteenth; tiles of 128
     rays) at 5M Gaussians, where the mean list is 3,727, forward + backward took 3.66-3.71 ms
     with a twelfth (512) in tile order, and longest first 3.47-3.53 ms at 1,536 and 2,048 (a
     half), 3.55 at 1,024 and 3.55-3.60 at 3,072. In tile order, chunks of 1,536-2,048 gained

@@ -35,18 +35,23 @@ skipping alpha < 1/255 and stopping before a Gaussian that would take T to <= 1e
 camera's rules; as there, a CUDA warp leaves a batch once its 32 rays have stopped, and
 walks back from its own furthest ray). A tile cut into several chunks gives the same result as one long walk:
 
-1. ``chunk_transmittance``: every chunk but the last of its tile multiplies its (1 - alpha)
-   per ray, stopping once the product is <= T_MIN (then the walk has stopped by the end of
-   this chunk anyway). A thread takes two of its entries per step (``two_hits``), so that
-   their loads and exponentials overlap: 0.69 ms instead of 0.78 at 5M Gaussians on an H200
-   (blocks of 8 warps).
-   The forward and the backward, which keep more per entry, went from 64 and 56 registers
-   to 72 and 70 that way, and were slower (0.82 and 0.98 ms against 0.68 and 0.83).
-2. ``lidar_forward``: chunk j starts from T = prod of the earlier chunks' products. Up to
-   the stop, that is the sequential walk's T; at or below T_MIN the walk had stopped
-   earlier, and the chunk contributes nothing (it writes T = -1 as "stopped before").
-   It writes its partial sums, its final T and its last composited index per ray, and the
-   median Gaussian's index where T crosses 0.5 (in exactly one chunk, or none).
+1. ``lidar_forward``, phase 0: every tile's first chunk is composited (it starts at T = 1), and
+   every other chunk but its tile's last only multiplies its (1 - alpha) per ray, stopping once
+   the product is <= T_MIN (then the walk has stopped by the end of this chunk anyway). Those
+   product-only walks take two of a thread's entries per step (``two_hits``), so that their
+   loads and exponentials overlap: 0.69 ms instead of 0.78 at 5M Gaussians on an H200 (blocks
+   of 8 warps, when they were a kernel of their own). The composited walks, which keep more per
+   entry, went from 64 and 56 registers to 72 and 70 that way, and were slower (0.82 and 0.98 ms
+   against 0.68 and 0.83). A first chunk that is not its tile's last gives its final T as its
+   product (0 for a ray it stopped: the same products in the same order as the product-only
+   walk). It used to get a product-only walk of its own before being composited: the first
+   chunks' composited walks in this launch took the forward's launches from 730-742 us to
+   723-728 at 5M Gaussians (benchmarks/RESULTS.md, raster-lidar, twenty-second).
+2. ``lidar_forward``, phase 1: chunk j >= 1 starts from T = prod of the earlier chunks'
+   products. Up to the stop, that is the sequential walk's T; at or below T_MIN the walk had
+   stopped earlier, and the chunk contributes nothing (it writes T = -1 as "stopped before").
+   Each composited chunk writes its partial sums, its final T and its last composited index per
+   ray, and the median Gaussian's index where T crosses 0.5 (in exactly one chunk, or none).
 3. ``lidar_merge``: one thread per ray sums its tile's chunk partials, and writes the
    expected range and intensity (the sums over the hit probability).
 
@@ -101,20 +106,20 @@ if BLOCK_WARPS not in (1, 2, 4, 8) or BLOCK_WARPS * SPLIT != WARPS:
     raise ValueError(f"NUREC_LIDAR_BLOCK_WARPS must be 1, 2, 4 or 8 and at most {WARPS}, got {BLOCK_WARPS}")
 MEDIAN_T = 0.5  # the median return: where the accumulated opacity 1 - T reaches 0.5
 
-# Register budgets of the float32 per-item kernels: at most 56 registers for the forward and the
-# transmittance pass (36 warps per SM), 64 for the backward (32 warps per SM, 50% occupancy), and no
+# Register budgets of the float32 per-item kernels: at most 56 registers for the forward's two
+# phases (36 warps per SM), 64 for the backward (32 warps per SM, 50% occupancy), and no
 # grid-stride loop (``grid_stride=False``: a tiled launch starts exactly the
 # blocks the items need; the loop alone cost the backward 16 registers). Measured from the sm_90
 # cubins' resource attributes (benchmarks/raster_lidar.py --registers; the tests check it). With
 # blocks of 4 warps the forward compiles to 72 registers unbounded; a bound of 32 warps per SM (8
 # blocks) holds it at 64 without a spill, as fast or faster on an H200 (5M forward + backward
-# 3.97-4.08 ms against 4.02-4.05). The forward and the transmittance pass take 36 warps per SM (9
-# blocks of 4 warps, as many as their shared memory allows): 56 registers, no spill, and at 5M
-# Gaussians 340-341 and 391-400 us against 351 and 405-409 with 8 blocks; the backward keeps 8
-# (64 registers: 543-547 us with 9 blocks against 524-545, and with 10 it spills)
-# (benchmarks/RESULTS.md, raster-lidar, twenty-first). (With blocks of 8 warps,
+# 3.97-4.08 ms against 4.02-4.05). The forward's walks take 36 warps per SM (9 blocks of 4 warps,
+# as many as their shared memory allows): 56 registers, no spill, and at 5M Gaussians (then as the
+# forward and a transmittance pass of its own) 340-341 and 391-400 us against 351 and 405-409 with 8
+# blocks; the backward keeps 8 (64 registers: 543-547 us with 9 blocks against 524-545, and with 10
+# it spills) (benchmarks/RESULTS.md, raster-lidar, twenty-first). (With blocks of 8 warps,
 # ``__launch_bounds__(256, 4)`` once made the backward spill.) NUREC_LIDAR_MIN_BLOCKS (blocks per
-# SM for all three; 0 = no bound) overrides them at import (benchmarks/raster_lidar.py --min-blocks).
+# SM for both kernels; 0 = no bound) overrides them at import (benchmarks/raster_lidar.py --min-blocks).
 # The float64 kernels (CPU gradcheck) are unbounded.
 _MIN_BLOCKS = os.environ.get("NUREC_LIDAR_MIN_BLOCKS")
 
@@ -125,7 +130,7 @@ def _launch_bounds(warps_per_sm: int) -> tuple[int, int] | None:
     return (BLOCK_RAYS, blocks) if blocks > 0 else None
 
 
-LAUNCH_BOUNDS_WALK_F32 = _launch_bounds(36)  # chunk_transmittance and lidar_forward
+LAUNCH_BOUNDS_WALK_F32 = _launch_bounds(36)  # lidar_forward
 LAUNCH_BOUNDS_BACKWARD_F32 = _launch_bounds(32)  # lidar_backward
 
 PI = math.pi
@@ -176,6 +181,15 @@ def item_of_block(order: wp.array(dtype=wp.int32), n_items: int, blk: int, t: in
     if slot < n_items:
         item = order[slot]
     return item, part, part * BLOCK_RAYS + t
+
+
+@wp.func
+def tile_last_chunk(items: wp.array(dtype=wp.vec4i), n_items: int, item: int):
+    """Whether work item ``item`` (of ``n_items``; ``items``: (tile, start, end, chunk index)) is its tile's last."""
+    last = True
+    if item + 1 < n_items:
+        last = items[item + 1][3] == 0
+    return last
 
 
 @wp.func
@@ -251,7 +265,8 @@ def make_raster_kernels(float_t, add8, walk_bounds, backward_bounds):
         return alpha
 
     @wp.kernel(module=module, launch_bounds=walk_bounds, grid_stride=False)
-    def chunk_transmittance(
+    def lidar_forward(
+        phase: int,  # 0: every tile's first chunk, and the products of the chunks before their tile's last; 1: the rest
         order: wp.array(dtype=wp.int32),  # [I] launch order: slot -> item
         items: wp.array(dtype=wp.vec4i),  # [I] (tile, start, end, chunk index)
         num_items: wp.array(dtype=wp.int32),  # [1]
@@ -263,70 +278,7 @@ def make_raster_kernels(float_t, add8, walk_bounds, backward_bounds):
         ids: wp.array(dtype=wp.int32),  # [M] sorted Gaussian indices
         splats: wp.array(dtype=vec8),  # [N]
         ray_masks: wp.array2d(dtype=wp.int32),  # [M, WARPS] per sorted entry and warp: bit l = lane l's ray may see it
-        chunk_P: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] out: prod (1 - alpha) over the chunk
-    ):
-        blk, t = wp.tid()
-        n_items = num_items[0]
-        item, part, lane = item_of_block(order, n_items, blk, t)
-        if item < 0 or item + 1 >= n_items:
-            return  # past the items, or the very last one (a last chunk's product is never read)
-        if items[item + 1][3] == 0:
-            return  # the last chunk of its tile
-        it = items[item]
-        tile = it[0]
-        start = it[1]
-        end = it[2]
-        ch, k = ray_of(tile, lane, tile_band, band_i, channel_order, columns)
-        ray_az, ray_el = ray_angles(ch, k, channel_f, columns)
-        done = int(0)
-        if ch < 0:
-            done = 1
-        P = float_t(1.0)
-        for b in range((end - start + BATCH - 1) // BATCH):
-            if wp.tile_sum(wp.tile(1 - done))[0] == 0:
-                break
-            base = start + b * BATCH
-            t_ids = wp.tile_load(ids, shape=BATCH, offset=base, storage="shared")
-            t_rec = wp.tile_load_indexed(splats, indices=t_ids, shape=(BATCH,), axis=0, storage="shared")
-            n_b = wp.min(BATCH, end - base)
-            t_masks = wp.tile_load(ray_masks, shape=(BATCH, BLOCK_WARPS), offset=(base, part * BLOCK_WARPS),
-                                   storage="shared")
-            nw = warp_width()
-            for c in range((n_b + nw - 1) // nw):
-                if warp_any(1 - done) == 0:
-                    break  # a CUDA warp leaves the batch as soon as its 32 rays are saturated
-                # a warp's width of entries at a time; each thread visits only those its ray mask marks
-                mine = window_hits(t_masks, c * nw, n_b, t, done)
-                while mine != 0:
-                    # two entries per step: their loads and exponentials overlap (no dependence)
-                    k1, k2, mine = two_hits(mine, c * nw)
-                    a1 = splat_alpha(wp.tile_extract(t_rec, k1), ray_az, ray_el)
-                    a2 = splat_alpha(wp.tile_extract(t_rec, wp.max(k2, 0)), ray_az, ray_el)
-                    if k2 < 0:
-                        a2 = float_t(0.0)
-                    # a skipped entry's alpha is 0: the factor 1 is exact. Past the stop P only
-                    # shrinks, and a product <= T_MIN is all the forward reads from it.
-                    P = P * (float_t(1.0) - a1) * (float_t(1.0) - a2)  # the sequential walk's rounding
-                    if P <= float_t(T_MIN):
-                        done = 1
-                        mine = 0
-        if ch >= 0:
-            chunk_P[item, lane] = P
-
-    @wp.kernel(module=module, launch_bounds=walk_bounds, grid_stride=False)
-    def lidar_forward(
-        order: wp.array(dtype=wp.int32),  # [I]
-        items: wp.array(dtype=wp.vec4i),  # [I]
-        num_items: wp.array(dtype=wp.int32),  # [1]
-        tile_band: wp.array(dtype=int),  # [T]
-        band_i: wp.array(dtype=wp.vec4i),  # [B]
-        channel_order: wp.array(dtype=int),  # [C]
-        channel_f: wp.array(dtype=vec2),  # [C]
-        columns: int,
-        ids: wp.array(dtype=wp.int32),  # [M]
-        splats: wp.array(dtype=vec8),  # [N]
-        ray_masks: wp.array2d(dtype=wp.int32),  # [M, WARPS]
-        chunk_P: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] from chunk_transmittance
+        chunk_P: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] phase 0 writes (chunks before their tile's last), 1 reads
         # outputs, per (item, ray of its tile)
         part_T: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] T after the chunk; -1: the walk stopped before it
         part_range: wp.array2d(dtype=float_t),  # [I, TILE_RAYS] sum of w_i range_i over the chunk
@@ -335,7 +287,8 @@ def make_raster_kernels(float_t, add8, walk_bounds, backward_bounds):
         median_id: wp.array2d(dtype=wp.int32),  # [C, W] (pre-filled with -1) the median Gaussian
     ):
         blk, t = wp.tid()
-        item, part, lane = item_of_block(order, num_items[0], blk, t)
+        n_items = num_items[0]
+        item, part, lane = item_of_block(order, n_items, blk, t)
         if item < 0:
             return
         it = items[item]
@@ -343,15 +296,20 @@ def make_raster_kernels(float_t, add8, walk_bounds, backward_bounds):
         start = it[1]
         end = it[2]
         j = it[3]
+        if phase == 0 and j > 0 and tile_last_chunk(items, n_items, item):
+            return  # composited in phase 1, with no product to give
+        if phase == 1 and j == 0:
+            return  # composited in phase 0
+        composite = j == 0 or phase == 1  # else this pass only multiplies the chunk's (1 - alpha)
         ch, k = ray_of(tile, lane, tile_band, band_i, channel_order, columns)
         ray_az, ray_el = ray_angles(ch, k, channel_f, columns)
-        T = float_t(1.0)
-        for m in range(j):
-            T *= chunk_P[item - j + m, lane]
-        done = int(1)
+        T = float_t(1.0)  # (the chunk's product, where it does not composite)
+        if composite:
+            for m in range(j):
+                T *= chunk_P[item - j + m, lane]
+        done = int(1)  # a composited walk's T stays above T_MIN: T <= T_MIN at the end says it never started
         if ch >= 0 and T > float_t(T_MIN):
             done = 0
-        started = done == 0
         rng = float_t(0.0)
         inten = float_t(0.0)
         last = start
@@ -368,40 +326,58 @@ def make_raster_kernels(float_t, add8, walk_bounds, backward_bounds):
             nw = warp_width()
             for c in range((n_b + nw - 1) // nw):
                 if warp_any(1 - done) == 0:
-                    break
+                    break  # a CUDA warp leaves the batch as soon as its 32 rays have stopped
+                # a warp's width of entries at a time; each thread visits only those its ray mask marks
                 mine = window_hits(t_masks, c * nw, n_b, t, done)
-                while mine != 0:
-                    kk = c * nw + lowest_bit(mine)
-                    mine = mine & (mine - 1)
-                    rec = wp.tile_extract(t_rec, kk)
-                    # The ray's state is updated without branches (alpha is 0 where the walk skips the
-                    # splat, and then T, the sums and the median stay as they are): the branches compiled to
-                    # a dozen selects per step, and the pass took 0.40 ms at 5M Gaussians on an H200 against
-                    # 0.35 now. (The backward's walk, written so, took 0.65 ms against 0.59-0.61 while it
-                    # still tested each entry against the ray's last; benchmarks/RESULTS.md, raster-lidar,
-                    # twentieth. It now drops those entries from its bits instead.)
-                    alpha = splat_alpha(rec, ray_az, ray_el)
-                    next_T = T * (float_t(1.0) - alpha)
-                    stop = next_T <= float_t(T_MIN)
-                    w = wp.where(stop, float_t(0.0), alpha * T)
-                    rng += w * rec[5]
-                    inten += w * rec[7]
-                    if T > float_t(MEDIAN_T) and next_T <= float_t(MEDIAN_T) and not stop:
-                        med = wp.tile_extract(t_ids, kk)
-                    last = wp.where(alpha > float_t(0.0) and not stop, base + kk + 1, last)
-                    T = wp.where(stop, T, next_T)
-                    done = wp.where(stop, 1, done)
-                    mine = wp.where(stop, 0, mine)
+                if composite:
+                    while mine != 0:
+                        kk = c * nw + lowest_bit(mine)
+                        mine = mine & (mine - 1)
+                        rec = wp.tile_extract(t_rec, kk)
+                        # The ray's state is updated without branches (alpha is 0 where the walk skips the
+                        # splat, and then T, the sums and the median stay as they are): the branches compiled to
+                        # a dozen selects per step, and the pass took 0.40 ms at 5M Gaussians on an H200 against
+                        # 0.35 now. (The backward's walk, written so, took 0.65 ms against 0.59-0.61 while it
+                        # still tested each entry against the ray's last; benchmarks/RESULTS.md, raster-lidar,
+                        # twentieth. It now drops those entries from its bits instead.)
+                        alpha = splat_alpha(rec, ray_az, ray_el)
+                        next_T = T * (float_t(1.0) - alpha)
+                        stop = next_T <= float_t(T_MIN)
+                        w = wp.where(stop, float_t(0.0), alpha * T)
+                        rng += w * rec[5]
+                        inten += w * rec[7]
+                        if T > float_t(MEDIAN_T) and next_T <= float_t(MEDIAN_T) and not stop:
+                            med = wp.tile_extract(t_ids, kk)
+                        last = wp.where(alpha > float_t(0.0) and not stop, base + kk + 1, last)
+                        T = wp.where(stop, T, next_T)
+                        done = wp.where(stop, 1, done)
+                        mine = wp.where(stop, 0, mine)
+                else:
+                    while mine != 0:
+                        # two entries per step: their loads and exponentials overlap (no dependence)
+                        k1, k2, mine = two_hits(mine, c * nw)
+                        a1 = splat_alpha(wp.tile_extract(t_rec, k1), ray_az, ray_el)
+                        a2 = splat_alpha(wp.tile_extract(t_rec, wp.max(k2, 0)), ray_az, ray_el)
+                        if k2 < 0:
+                            a2 = float_t(0.0)
+                        # a skipped entry's alpha is 0: the factor 1 is exact. Past the stop the product
+                        # only shrinks, and a product <= T_MIN is all phase 1 reads from it.
+                        T = T * (float_t(1.0) - a1) * (float_t(1.0) - a2)  # the sequential walk's rounding
+                        if T <= float_t(T_MIN):
+                            done = 1
+                            mine = 0
         if ch >= 0:
-            if started:
-                part_T[item, lane] = T
-            else:
-                part_T[item, lane] = float_t(-1.0)
-            part_range[item, lane] = rng
-            part_int[item, lane] = inten
-            part_last[item, lane] = last
-            if med >= 0:
-                median_id[ch, k] = med
+            if composite:
+                part_T[item, lane] = wp.where(T > float_t(T_MIN), T, float_t(-1.0))
+                part_range[item, lane] = rng
+                part_int[item, lane] = inten
+                part_last[item, lane] = last
+                if med >= 0:
+                    median_id[ch, k] = med
+            if phase == 0 and not tile_last_chunk(items, n_items, item):
+                # the chunk's product for the chunks behind it: a first chunk's T is the sequential walk's
+                # (the same products in the same order); a ray it stopped gets 0 (<= T_MIN: stopped)
+                chunk_P[item, lane] = wp.where(composite and done != 0, float_t(0.0), T)
 
     @wp.kernel(module=module)
     def lidar_merge(
@@ -619,10 +595,10 @@ def make_raster_kernels(float_t, add8, walk_bounds, backward_bounds):
                             for f in range(8):
                                 wp.atomic_add(grad_splats, i * 8 + f, d[f])
 
-    return chunk_transmittance, lidar_forward, lidar_merge, lidar_output_grads, lidar_backward
+    return lidar_forward, lidar_merge, lidar_output_grads, lidar_backward
 
 
-(chunk_transmittance_f32, lidar_forward_f32, lidar_merge_f32, lidar_output_grads_f32,
+(lidar_forward_f32, lidar_merge_f32, lidar_output_grads_f32,
  lidar_backward_f32) = make_raster_kernels(wp.float32, add8_f32, LAUNCH_BOUNDS_WALK_F32, LAUNCH_BOUNDS_BACKWARD_F32)
-(chunk_transmittance_f64, lidar_forward_f64, lidar_merge_f64, lidar_output_grads_f64,
+(lidar_forward_f64, lidar_merge_f64, lidar_output_grads_f64,
  lidar_backward_f64) = make_raster_kernels(wp.float64, add8_f64, None, None)

@@ -428,7 +428,7 @@ def _kernels(dtype: torch.dtype) -> dict:
     return {"project": getattr(kproj, f"project_lidar_{s}"), "project_bwd": getattr(kproj, f"project_lidar_backward_{s}"),
             "count": getattr(kbin, f"count_tiles_{s}"),
             "emit": getattr(kbin, f"emit_keys_{s}"), "masks": getattr(kbin, f"ray_masks_{s}"),
-            "trans": getattr(kraster, f"chunk_transmittance_{s}"), "fwd": getattr(kraster, f"lidar_forward_{s}"),
+            "fwd": getattr(kraster, f"lidar_forward_{s}"),
             "merge": getattr(kraster, f"lidar_merge_{s}"), "out_grads": getattr(kraster, f"lidar_output_grads_{s}"),
             "bwd": getattr(kraster, f"lidar_backward_{s}")}
 
@@ -597,9 +597,9 @@ class _RenderLidar(torch.autograd.Function):
         layout = [bins.order, items, num_items, tiles.tile_band, tiles.band_i, tiles.channel_order, channel_f, W,
                   values, splats, bins.ray_masks]
         blocks = [max_items * kraster.SPLIT]  # SPLIT blocks of BLOCK_RAYS rays per work item
-        launch(k["trans"], blocks, layout, [chunk_P], device=wdev, block_dim=kraster.BLOCK_RAYS, tiled=True)
-        launch(k["fwd"], blocks, layout + [chunk_P], [part_T, part_range, part_int, part_last, median_id],
-               device=wdev, block_dim=kraster.BLOCK_RAYS, tiled=True)
+        parts = [chunk_P, part_T, part_range, part_int, part_last, median_id]
+        for phase in (0, 1):
+            launch(k["fwd"], blocks, [phase] + layout, parts, device=wdev, block_dim=kraster.BLOCK_RAYS, tiled=True)
         launch(k["merge"], (C, W), [tile_items, tiles.channel_rank, tiles.slot_band, tiles.band_i, part_T,
                                     part_range, part_int, median_id, splats, float(settings.min_hit)],
                [range_sum, int_sum, hit, T_final, median, range_, intensity], device=wdev, block_dim=TILE_RAYS)

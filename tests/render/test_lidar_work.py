@@ -1,5 +1,5 @@
 """benchmarks/lidar_work.py: its pair counts keep their order (the ray masks are conservative: no
-hit is missed), and the transmittance pass's work after the rays' stops is counted where rays stop early."""
+hit is missed), and the product-only walks' work after the rays' stops is counted where rays stop early."""
 
 import pytest
 import torch
@@ -36,9 +36,9 @@ def test_street_counts(dtype):
 
 def test_transmittance_after_the_stops_on_opaque_shells():
     """Nearly opaque shells stop most rays part-way along their tile's list: cut into chunks of 5, much
-    of the transmittance pass comes after the stops, and with chunks of 200 a pass in two waves (a
-    counted variant, not the renderer's) would skip the rays that the first chunk stopped. Uncut
-    lists have no transmittance pass at all."""
+    of the product-only walks come after the stops, and with chunks of 200 walks that knew which rays
+    their tile's first chunk stopped (a counted variant, not the renderer's) would skip them. Uncut
+    lists have no product-only walk at all."""
     params = opaque_shells(torch.float64, size=1.0)
     lidar = make_lidar(torch.float64)
     c = work_counts(params, lidar, chunk=5)
@@ -49,7 +49,7 @@ def test_transmittance_after_the_stops_on_opaque_shells():
     assert whole["items"] <= lidar.tiles.num_tiles and whole["transmittance"] == 0, whole
     same = ("list", "marked", "masked", "hit", "needed")  # the chunks change neither the lists nor the rays' walks
     assert {k: whole[k] for k in same} == {k: c[k] for k in same}
-    # with chunks of 200 most rays stop within their tile's first chunk: a second wave would skip them
+    # with chunks of 200 most rays stop within their tile's first chunk: the later chunks could skip them
     two = work_counts(params, lidar, chunk=200)
     _check_order(two)
     assert two["transmittance_two_waves"] < 0.9 * two["transmittance"], two
