@@ -433,6 +433,16 @@ def _kernels(dtype: torch.dtype) -> dict:
             "bwd": getattr(kraster, f"lidar_backward_{s}")}
 
 
+def project_lidar_splats(means: torch.Tensor, quats: torch.Tensor, scales: torch.Tensor, opacities: torch.Tensor,
+                        intensities: torch.Tensor, lidar: LidarBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Queue the projection (``warp_kernels.lidar_project.project_lidar``): splats [N, 8] and extents [N, 2]."""
+    n = means.shape[0]
+    splats = torch.empty(n, 8, dtype=means.dtype, device=means.device)  # the projection writes every entry
+    extents = torch.empty(n, 2, dtype=means.dtype, device=means.device)
+    launch(_kernels(means.dtype)["project"], n, _project_args(means, quats, scales, opacities, intensities, lidar),
+           [splats, extents], device=warp_device(means.device))
+    return splats, extents
+
 
 def _project_args(means, quats, scales, opacities, intensities, lidar: LidarBatch) -> list:
     """The projection kernel's inputs (see ``warp_kernels.lidar_project.project_lidar``)."""
@@ -471,10 +481,12 @@ def bin_lidar(
     intensities: torch.Tensor,  # [N]
     lidar: LidarBatch,  # of the Gaussians' dtype and device
     settings: LidarRenderSettings,
+    projected: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> LidarBins:
     """The first half of ``render_lidar`` (no gradient): projection, binning, sort, work items.
 
-    Also useful alone for work statistics (``tile_work``) without rasterizing.
+    Also useful alone for work statistics (``tile_work``) without rasterizing. ``projected``:
+    the projection's (splats, extents) when already queued (``project_lidar_splats``).
     """
     dtype, device = means.dtype, means.device
     k = _kernels(dtype)
@@ -485,12 +497,10 @@ def bin_lidar(
     band_f = tiles.band_f
     rb = lidar.range_bits
 
-    splats = torch.empty(n, 8, dtype=dtype, device=device)  # the projection writes every entry
-    extents = torch.empty(n, 2, dtype=dtype, device=device)
+    if projected is None:
+        projected = project_lidar_splats(means, quats, scales, opacities, intensities, lidar)
+    splats, extents = projected
     wdev = warp_device(device)
-    # the projection first: the device starts while the host allocates the rest
-    launch(k["project"], n, _project_args(means, quats, scales, opacities, intensities, lidar),
-           [splats, extents], device=wdev)
     counts = torch.empty(n, dtype=torch.int32, device=device)
     offsets = torch.empty(n, dtype=torch.int32, device=device)
     # No fills where a kernel writes anyway (each is host time): the key emission writes the
@@ -570,16 +580,16 @@ def tile_work(lidar: LidarBatch, tile_ranges: torch.Tensor,  # [T, 2] int32
 
 class _RenderLidar(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, means, quats, scales, opacities, intensities, lidar: LidarBatch, settings: LidarRenderSettings):
+    def forward(ctx, means, quats, scales, opacities, intensities, lidar: LidarBatch, settings: LidarRenderSettings,
+                splats: torch.Tensor, extents: torch.Tensor):
         dtype, device = means.dtype, means.device
         k = _kernels(dtype)
         C, W = lidar.channels, lidar.columns
         tiles = lidar.tiles
         channel_f = lidar.channel_f
-        bins = bin_lidar(means, quats, scales, opacities, intensities, lidar, settings)
-        splats, extents, values, ranges, items, tile_items, num_items, total, overflow = (
-            bins.splats, bins.extents, bins.ids, bins.tile_ranges, bins.items, bins.tile_items, bins.num_items,
-            bins.total, bins.overflow)
+        bins = bin_lidar(means, quats, scales, opacities, intensities, lidar, settings, projected=(splats, extents))
+        values, ranges, items, tile_items, num_items, total, overflow = (
+            bins.ids, bins.tile_ranges, bins.items, bins.tile_items, bins.num_items, bins.total, bins.overflow)
         max_items = items.shape[0]
         chunk_P = torch.empty(max_items, TILE_RAYS, dtype=dtype, device=device)
         part_T = torch.empty(max_items, TILE_RAYS, dtype=dtype, device=device)
@@ -608,12 +618,11 @@ class _RenderLidar(torch.autograd.Function):
                               bins.order, items, num_items, tile_items, part_T, part_range, part_int, part_last,
                               median_id, T_final, range_sum, int_sum)
         ctx.lidar, ctx.channel_f, ctx.min_hit = lidar, channel_f, float(settings.min_hit)
-        ctx.mark_non_differentiable(splats, extents, total, overflow, ranges, items, num_items)
+        ctx.mark_non_differentiable(total, overflow, ranges, items, num_items)
         # Outputs without a gradient arrive as None, not as zeros: autograd would otherwise fill
-        # one tensor per output, the Gaussian-sized records and extents included.
+        # one tensor per output.
         ctx.set_materialize_grads(False)
-        return (range_sum, int_sum, hit, median, range_, intensity, splats, extents, total, overflow, ranges, items,
-                num_items)
+        return range_sum, int_sum, hit, median, range_, intensity, total, overflow, ranges, items, num_items
 
     @staticmethod
     def backward(ctx, g_range_sum, g_int_sum, g_hit, g_median, g_range, g_intensity, *_):
@@ -649,7 +658,7 @@ class _RenderLidar(torch.autograd.Function):
                     lidar.trans_end, float(lidar.sign), float(lidar.start_azimuth), float(lo), float(hi),
                     float(lidar.eps[0]), float(lidar.eps[1]), extents, g_splats],
                    [g_means, g_quats, g_scales, g_opacities, g_intensities], device=wdev)
-        return g_means, g_quats, g_scales, g_opacities, g_intensities, None, None
+        return g_means, g_quats, g_scales, g_opacities, g_intensities, None, None, None, None
 
 
 _apply_render_lidar = direct_apply(_RenderLidar)
@@ -688,9 +697,13 @@ def render_lidar(
     if settings.chunk is not None and settings.chunk < 1:
         raise ValueError(f"settings.chunk must be a positive int or None, got {settings.chunk}")
     lid = lidar.to(dtype) if lidar.dtype != dtype else lidar  # (a batch made in the Gaussians' dtype skips this)
-    (range_sum, int_sum, hit, median, range_, intensity, splats, extents, total, overflow, ranges, items,
-     num_items) = _apply_render_lidar(means.contiguous(), quats.contiguous(), scales.contiguous(),
-                                         opacities.contiguous(), intensities.contiguous(), lid, settings)
+    gaussians = (means.contiguous(), quats.contiguous(), scales.contiguous(), opacities.contiguous(),
+                 intensities.contiguous())
+    # the projection first, ahead of the autograd node: the device starts on it while the host sets the node
+    # up (a call's first launch waits on all its host time before it)
+    splats, extents = project_lidar_splats(*gaussians, lid)
+    (range_sum, int_sum, hit, median, range_, intensity, total, overflow, ranges, items,
+     num_items) = _apply_render_lidar(*gaussians, lid, settings, splats, extents)
     return LidarRender(range=range_, hit_prob=hit, intensity=intensity, median_range=median,
                        range_sum=range_sum, intensity_sum=int_sum, angles=splats[:, :2], extents=extents,
                        intersections=total, overflow=overflow, tile_ranges=ranges, work_items=items,
