@@ -45,9 +45,9 @@ walks back from its own furthest ray). A tile cut into several chunks gives the 
    (0.82 and 0.98 ms against 0.68 and 0.83). A first chunk that is not its tile's last gives its
    final T as its product, 0 for a ray it stopped (for the others, the product-only walk's value:
    the same factors multiplied in the same order). It used to get a product-only walk of its own
-   before being composited, in a kernel of its own; now it is walked once: the forward's two launches take 720-737 us at 5M Gaussians on
-   an H200 against 723-742 before, about 0.01 ms less GPU work (benchmarks/RESULTS.md,
-   raster-lidar, twenty-second).
+   (in a kernel of its own) before being composited; walked once, the forward's two launches take
+   720-737 us at 5M Gaussians on an H200 against 723-742 before, about 0.01 ms less GPU work
+   (benchmarks/RESULTS.md, raster-lidar, twenty-second).
 2. ``lidar_forward``, phase 1: chunk j >= 1 starts from T = prod of the earlier chunks'
    products. Up to the stop, that is the sequential walk's T; at or below T_MIN the walk had
    stopped earlier, and the chunk contributes nothing (it writes T = -1 as "stopped before").
