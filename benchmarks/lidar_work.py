@@ -28,9 +28,10 @@ and counts, per ray:
   warps whose rays had all stopped in the chunks before (work a pass that knew the chunks in front
   could skip);
 * transmittance_two_waves: those walks with the rays that their tile's first chunk stopped already
-  done (a ray-level skip that needs the first chunks finished: a launch of their own, or flags
-  between blocks; timed on an H200 while the first chunks still had such a walk too, both were no
-  faster: benchmarks/RESULTS.md, raster-lidar, twenty-first);
+  done (a ray-level skip that needs the first chunks finished: the walks in a launch of their own,
+  or flags between blocks; each was timed on an H200, and was no faster or slower: the last wave of
+  a launch of equal-length chunks sets its time; benchmarks/RESULTS.md, raster-lidar, twenty-first
+  and twenty-second);
 * forward_blocks, transmittance_blocks: the lane-steps for which the passes' blocks (the
   renderer's ``lidar_raster.BLOCK_WARPS`` warps each) hold their warps: a block lasts as long as
   its busiest warp, and its SM starts no other block until then (per-batch barriers aside).
