@@ -66,16 +66,16 @@ torch.cumsum scans every class's row at once, and ``emit_items`` places each ite
 
 The fraction depends on the device (``CHUNK_OF_MEAN``):
   * CUDA, a half. Each chunk but a tile's first and last costs a walk that only multiplies its
-    (1 - alpha), in the forward's first launch (when the lengths below were timed, the first
-    chunks had one too), and every chunk a block and a merge term, so long chunks are cheaper,
-    as long as they do not set the tail. On an H200 (benchmarks/RESULTS.md, raster-lidar,
-    eighteenth; tiles of 128 rays) at 5M Gaussians, where the mean list is 3,727, forward +
-    backward took 3.66-3.71 ms with a twelfth (512) in tile order, and longest first 3.47-3.53
-    ms at 1,536 and 2,048 (a half), 3.55 at 1,024 and 3.55-3.60 at 3,072 (and with the first
-    chunks composited in the first launch, 3.12-3.16 ms at 2,048, 3.13-3.18 at 1,024-3,072;
-    twenty-second). In tile order, chunks of 1,536-2,048 gained
+    (1 - alpha), in the forward's first launch, and every chunk a block and a merge term, so long
+    chunks are cheaper, as long as they do not set the tail. On an H200 (benchmarks/RESULTS.md,
+    raster-lidar, eighteenth; tiles of 128 rays, and the first chunks then walked for their
+    product too) at 5M Gaussians, where the mean list is 3,727, forward + backward took 3.66-3.71
+    ms with a twelfth (512) in tile order, and longest first 3.47-3.53 ms at 1,536 and 2,048 (a
+    half), 3.55 at 1,024 and 3.55-3.60 at 3,072. In tile order, chunks of 1,536-2,048 gained
     only 0.02-0.11 ms, and 4,096 lost 0.2 ms. At 1M (mean list 825, L = 512) the kernels of a
-    forward + backward took 1.05 ms instead of 1.10 with 256.
+    forward + backward took 1.05 ms instead of 1.10 with 256. With the first chunks composited
+    in the first launch (twenty-second), 2,048 still does as well as any: 3.12-3.16 ms, against
+    3.13-3.18 at 1,024 to 3,072.
     (Before, with tiles of 256 rays and older kernels, chunks of twice the mean list took 13.13
     ms against 8.5 at 512-1,024: the tail, in tile order.)
   * CPU, twice the mean. The CPU runs blocks one after another, so there is no tail to cut,
