@@ -135,6 +135,14 @@ def _weighted_loss(out, weights) -> torch.Tensor:
     return sum((getattr(out, f) * w).sum() for f, w in zip(FIELDS, weights))
 
 
+def _assert_grads_close(grads, grads_ref, rtol: float) -> None:
+    """Each Gaussian parameter's gradient within ``rtol`` (relative, in norm) of the twin's, which is not zero."""
+    for name, a, b in zip(["means", "quats", "scales", "opacities", "intensities"], grads, grads_ref):
+        assert b.abs().sum() > 0, name
+        err = ((a - b).norm() / b.norm()).item()
+        assert err < rtol, f"{name}: relative gradient error {err:.2e} >= {rtol:.0e}"
+
+
 @pytest.mark.parametrize("dtype, rtol, chunk", [(torch.float32, 1e-4, None), (torch.float64, 1e-10, None),
                                                 (torch.float64, 1e-10, 7)])
 def test_backward_matches_twin(dtype, rtol, chunk):
@@ -148,10 +156,7 @@ def test_backward_matches_twin(dtype, rtol, chunk):
     weights = [torch.randn(C, W, generator=g).to(dtype) for _ in FIELDS]
     grads = torch.autograd.grad(_weighted_loss(out, weights), params)
     grads_ref = torch.autograd.grad(_weighted_loss(ref, weights), params)
-    for name, a, b in zip(["means", "quats", "scales", "opacities", "intensities"], grads, grads_ref):
-        assert b.abs().sum() > 0, name
-        err = ((a - b).norm() / b.norm()).item()
-        assert err < rtol, f"{name}: relative gradient error {err:.2e} >= {rtol:.0e}"
+    _assert_grads_close(grads, grads_ref, rtol)
 
 
 def test_normalised_outputs_backward():
@@ -201,10 +206,7 @@ def test_chunks_reproduce_one_walk_with_saturated_rays(chunk):
     weights = [torch.randn(C, W, generator=g, dtype=torch.float64) for _ in FIELDS]
     grads_ref = torch.autograd.grad(_weighted_loss(ref, weights), params, retain_graph=True)
     for out in (whole, chunked):
-        grads = torch.autograd.grad(_weighted_loss(out, weights), params)
-        for name, a, b in zip(["means", "quats", "scales", "opacities", "intensities"], grads, grads_ref):
-            err = ((a - b).norm() / b.norm()).item()
-            assert err < 1e-10, f"{name}: relative gradient error {err:.2e}"
+        _assert_grads_close(torch.autograd.grad(_weighted_loss(out, weights), params), grads_ref, 1e-10)
 
 
 @pytest.mark.parametrize("rotation, start_deg, gaussian_deg", [
