@@ -159,6 +159,24 @@ def test_backward_matches_twin(dtype, rtol, chunk):
     _assert_grads_close(grads, grads_ref, rtol)
 
 
+def test_second_backward_through_the_same_render():
+    """The forward zeroes the backward's gradient buffer (in the binning); a second backward through
+    the same graph (retain_graph) must start from zeros too, not from the first one's sums."""
+    lidar = make_lidar(torch.float64)
+    params = [p.requires_grad_(True) for p in make_gaussians(200, torch.float64)]
+    settings = LidarRenderSettings(chunk=7)
+    out = render_lidar(*params, lidar, settings=settings)
+    loss = (out.range_sum + out.intensity_sum + out.hit_prob + out.median_range).sum()
+    first = torch.autograd.grad(loss, params, retain_graph=True)
+    second = torch.autograd.grad(loss, params)
+    for a, b in zip(first, second):
+        assert a.abs().sum() > 0
+        torch.testing.assert_close(b, a, atol=1e-12, rtol=1e-12)
+    with torch.no_grad():  # and a render without gradients keeps no buffer for them
+        plain = render_lidar(*[p.detach() for p in params], lidar, settings=settings)
+    torch.testing.assert_close(plain.range_sum, out.range_sum.detach(), atol=0, rtol=0)
+
+
 def test_normalised_outputs_backward():
     """range and intensity (the sums over the hit probability, written by the merge kernel) pass
     their gradients to the sums and the hit probability (``lidar_output_grads``)."""
