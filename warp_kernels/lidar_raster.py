@@ -8,7 +8,7 @@ the kernels have their own register budgets (``LAUNCH_BOUNDS_WALK_F32`` and
 
 Each thread walks only its own ray's (ray, Gaussian) pairs. The binning's ray masks
 (``lidar_binning.ray_masks``: per sorted entry and CUDA warp, a 32-bit set of the warp's rays
-that may see the splat, conservative and nearly exact) are staged with each batch; a warp
+that may see the splat, conservative and nearly exact) go with the entries; a warp
 takes 32 entries (a *window*) at a time, transposes their 32 masks across its lanes
 (``warp_transpose_bits``: five shuffles), and each lane then visits only the entries its bit
 marks, front to back (back to front in the backward). A warp thus steps in a window as often
@@ -23,8 +23,13 @@ Work layout (see ``warp_kernels.lidar_binning``): per *work item* (a chunk of at
 Gaussians of one tile's front-to-back list), one thread per ray of the tile (TILE_RAYS rays:
 ``rows`` channels x ``cols`` columns of one elevation band), in SPLIT blocks of BLOCK_WARPS
 CUDA warps (by default one block per item: 4 warps with tiles of 128 rays), the items taken
-longest first (the binning's launch order); each block stages the chunk's Gaussians and its
-own warps' ray masks. Per ray, front to back:
+longest first (the binning's launch order). In the forward each warp stages its own windows:
+the records of the entries its mask words mark, one window ahead of its walk, with no block
+barrier (``warp_kernels.lidar_staging``). At 5M Gaussians on an H200 the forward's two launches
+took 642-665 us instead of 724-744 with the block staging each batch of BATCH Gaussians and its
+warps' masks behind a barrier, where every warp waited for the block's slowest at every batch
+(benchmarks/RESULTS.md, raster-lidar, twenty-third). The backward still stages per block: with
+the same per-warp staging it took 546-556 us against 524-529. Per ray, front to back:
 
     alpha_i = min(0.99, opacity_i * exp(-sigma_i)),  sigma_i = 0.5 d^T conic_i d,
     d = (wrap(alpha_i - ray azimuth), elev_i - ray elevation)
@@ -32,8 +37,9 @@ own warps' ray masks. Per ray, front to back:
     hit = 1 - T_final,  median = range of the Gaussian after which T first falls to <= 0.5
 
 skipping alpha < 1/255 and stopping before a Gaussian that would take T to <= 1e-4 (the
-camera's rules; as there, a CUDA warp leaves a batch once its 32 rays have stopped, and
-walks back from its own furthest ray). A tile cut into several chunks gives the same result as one long walk:
+camera's rules; as there, a CUDA warp leaves its chunk once its 32 rays have stopped, and
+walks back from its own furthest ray). A tile cut into several chunks gives the same result as
+one long walk:
 
 1. ``lidar_forward``, phase 0: every tile's first chunk is composited (it starts at T = 1), and
    every other chunk but its tile's last only multiplies its (1 - alpha) per ray, stopping once
@@ -73,12 +79,12 @@ compiled without Warp's generated adjoint: the compositing loops have run-time t
 
 import math
 import os
-from typing import Any
 
 import warp as wp
 
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN
 from warp_kernels.lidar_binning import BATCH, WARPS, lane_of_ray, ray_of_lane
+from warp_kernels.lidar_staging import SLOTS, make_staging_funcs, window_wait
 from warp_kernels.modules import variant_module
 from warp_kernels.warp_lanes import (add8_f32, add8_f64, bits_below, lane_id, lowest_bit, on_cuda, warp_any,
                                      warp_max_i32, warp_transpose_bits, warp_width)
@@ -98,6 +104,8 @@ wp.set_module_options({"enable_backward": False, "fast_math": True})
 # default is 4, or WARPS where a tile has fewer). Warps that walked on their own (no staging, no
 # barrier: each took its entries' records from its lanes by shuffles) were no faster: the shuffles
 # added the instructions the barrier had cost in waiting (ncu; RESULTS.md, raster-lidar, seventeenth).
+# The forward's warps now stage their own windows in shared memory (no barrier, no shuffles); with
+# them, blocks of one warp took the forward's launches 650-652 us against 650-679 with 4 (twenty-third).
 # NUREC_LIDAR_BLOCK_WARPS (1, 2, 4, 8; at most WARPS) overrides it at import
 # (benchmarks/raster_lidar.py --block-warps).
 BLOCK_WARPS = int(os.environ.get("NUREC_LIDAR_BLOCK_WARPS", str(min(4, WARPS))))
@@ -115,19 +123,20 @@ MEDIAN_T = 0.5  # the median return: where the accumulated opacity 1 - T reaches
 # blocks of 4 warps the forward compiles to 72 registers unbounded; a bound of 32 warps per SM (8
 # blocks) holds it at 64 without a spill, as fast or faster on an H200 (5M forward + backward
 # 3.97-4.08 ms against 4.02-4.05). The forward's walks take 36 warps per SM (9 blocks of 4 warps,
-# as many as their shared memory allows): 56 registers, no spill, and at 5M Gaussians (then as the
-# forward and a transmittance pass of its own) 340-341 and 391-400 us against 351 and 405-409 with 8
-# blocks; the backward keeps 8 (64 registers: 543-547 us with 9 blocks against 524-545, and with 10
-# it spills) (benchmarks/RESULTS.md, raster-lidar, twenty-first). (With blocks of 8 warps,
-# ``__launch_bounds__(256, 4)`` once made the backward spill.) NUREC_LIDAR_MIN_BLOCKS (blocks per
-# SM for both kernels; 0 = no bound) overrides them at import (benchmarks/raster_lidar.py --min-blocks).
-# The float64 kernels (CPU gradcheck) are unbounded.
+# as many as their block-wide staging's shared memory then allowed): 56 registers, no spill, and
+# at 5M Gaussians (then as the forward and a transmittance pass of its own) 340-341 and 391-400 us
+# against 351 and 405-409 with 8 blocks; the backward keeps 8 (64 registers: 543-547 us with 9
+# blocks against 524-545, and with 10 it spills) (benchmarks/RESULTS.md, raster-lidar,
+# twenty-first). (With blocks of 8 warps, ``__launch_bounds__(256, 4)`` once made the backward
+# spill.) NUREC_LIDAR_MIN_BLOCKS (blocks per SM for both kernels; 0 = no bound) overrides them at
+# import (benchmarks/raster_lidar.py --min-blocks). The float64 kernels (CPU gradcheck) are unbounded.
 _MIN_BLOCKS = os.environ.get("NUREC_LIDAR_MIN_BLOCKS")
+MAX_BLOCKS_PER_SM = 32  # resident blocks per SM on sm_80 / sm_90 (the bound for blocks of one warp)
 
 
 def _launch_bounds(warps_per_sm: int) -> tuple[int, int] | None:
     """(threads per block, blocks per SM) for ``warps_per_sm`` resident warps, or the override."""
-    blocks = int(_MIN_BLOCKS) if _MIN_BLOCKS is not None else warps_per_sm // BLOCK_WARPS
+    blocks = int(_MIN_BLOCKS) if _MIN_BLOCKS is not None else min(MAX_BLOCKS_PER_SM, warps_per_sm // BLOCK_WARPS)
     return (BLOCK_RAYS, blocks) if blocks > 0 else None
 
 
@@ -152,23 +161,31 @@ def warp_index(lane: int) -> int:
 
 
 @wp.func
-def window_hits(t_masks: Any, first: int, n: int, t: int, done: int):
-    """The entries first .. first + warp_width() - 1 of the batch (of n) that may reach the ray of
-    the block's thread ``t``, as a bit set (bit e: entry first + e), from the warp's column of
-    the block's ray masks (``t_masks``: [entries, BLOCK_WARPS]); 0 where the thread's walk is
-    done. CUDA: the warp's 32 entries' masks (bit r: ray r of the warp) transposed across the
-    warp (skipped, 0 in every lane, when none of the 32 reaches the warp). Reached by all 32
-    lanes."""
-    e = first + lane_id()
-    h = int(0)
-    if e < n:
-        h = wp.tile_extract(t_masks, e, warp_index(t))
+def window_hits(h: int, t: int, done: int):
+    """The entries of a window (warp_width() entries) that may reach the ray of the block's thread
+    ``t``, as a bit set (bit j: the window's entry j), from ``h``, the mask word of this lane's entry
+    (entry lane_id(); 0 past the chunk) for its warp; 0 where the thread's walk is done. CUDA: the
+    warp's 32 entries' masks (bit r: ray r of the warp) transposed across the warp (skipped, 0 in
+    every lane, when none of the 32 reaches the warp). Reached by all 32 lanes."""
     mine = int(0)
     if warp_any(h) != 0:
         mine = warp_transpose_bits(h, t)
     if done != 0:
         mine = 0
     return mine
+
+
+@wp.func
+def window_entry(ids: wp.array(dtype=wp.int32), ray_masks: wp.array2d(dtype=wp.int32), e: int, lo: int, hi: int,
+                 col: int):
+    """(ray-mask word of column ``col``, Gaussian index) of sorted entry e; (0, 0) outside lo .. hi - 1.
+    Both loads are issued together (the index is needed only with a word, but not a wait later)."""
+    h = int(0)
+    i = int(0)
+    if e >= lo and e < hi:
+        h = ray_masks[e, col]
+        i = ids[e]
+    return h, i
 
 
 @wp.func
@@ -231,6 +248,9 @@ def make_raster_kernels(float_t, add8, walk_bounds, backward_bounds):
     module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
     vec2 = wp.types.vector(2, float_t)
     vec8 = wp.types.vector(8, float_t)
+    staging = make_staging_funcs(float_t, BLOCK_RAYS, BLOCK_WARPS)
+    staging_buffer, stage_window = staging["buffer"], staging["stage"]
+    staged_record, staged_id = staging["record"], staging["id"]
 
     @wp.func(module=module)
     def ray_angles(ch: int, k: int, channel_f: wp.array(dtype=vec2), columns: int):
@@ -315,58 +335,68 @@ def make_raster_kernels(float_t, add8, walk_bounds, backward_bounds):
         inten = float_t(0.0)
         last = start
         med = int(-1)
-        for b in range((end - start + BATCH - 1) // BATCH):
-            if wp.tile_sum(wp.tile(1 - done))[0] == 0:
-                break
-            base = start + b * BATCH
-            t_ids = wp.tile_load(ids, shape=BATCH, offset=base, storage="shared")
-            t_rec = wp.tile_load_indexed(splats, indices=t_ids, shape=(BATCH,), axis=0, storage="shared")
-            n_b = wp.min(BATCH, end - base)
-            t_masks = wp.tile_load(ray_masks, shape=(BATCH, BLOCK_WARPS), offset=(base, part * BLOCK_WARPS),
-                                   storage="shared")
-            nw = warp_width()
-            for c in range((n_b + nw - 1) // nw):
-                if warp_any(1 - done) == 0:
-                    break  # a CUDA warp leaves the batch as soon as its 32 rays have stopped
-                # a warp's width of entries at a time; each thread visits only those its ray mask marks
-                mine = window_hits(t_masks, c * nw, n_b, t, done)
-                if composite:
-                    while mine != 0:
-                        kk = c * nw + lowest_bit(mine)
-                        mine = mine & (mine - 1)
-                        rec = wp.tile_extract(t_rec, kk)
-                        # The ray's state is updated without branches (alpha is 0 where the walk skips the
-                        # splat, and then T, the sums and the median stay as they are): the branches compiled to
-                        # a dozen selects per step, and the pass took 0.40 ms at 5M Gaussians on an H200 against
-                        # 0.35 now. (The backward's walk, written so, took 0.65 ms against 0.59-0.61 while it
-                        # still tested each entry against the ray's last; benchmarks/RESULTS.md, raster-lidar,
-                        # twentieth. It now drops those entries from its bits instead.)
-                        alpha = splat_alpha(rec, ray_az, ray_el)
-                        next_T = T * (float_t(1.0) - alpha)
-                        stop = next_T <= float_t(T_MIN)
-                        w = wp.where(stop, float_t(0.0), alpha * T)
-                        rng += w * rec[5]
-                        inten += w * rec[7]
-                        if T > float_t(MEDIAN_T) and next_T <= float_t(MEDIAN_T) and not stop:
-                            med = wp.tile_extract(t_ids, kk)
-                        last = wp.where(alpha > float_t(0.0) and not stop, base + kk + 1, last)
-                        T = wp.where(stop, T, next_T)
-                        done = wp.where(stop, 1, done)
-                        mine = wp.where(stop, 0, mine)
-                else:
-                    while mine != 0:
-                        # two entries per step: their loads and exponentials overlap (no dependence)
-                        k1, k2, mine = two_hits(mine, c * nw)
-                        a1 = splat_alpha(wp.tile_extract(t_rec, k1), ray_az, ray_el)
-                        a2 = splat_alpha(wp.tile_extract(t_rec, wp.max(k2, 0)), ray_az, ray_el)
-                        if k2 < 0:
-                            a2 = float_t(0.0)
-                        # a skipped entry's alpha is 0: the factor 1 is exact. Past the stop the product
-                        # only shrinks, and a product <= T_MIN is all phase 1 reads from it.
-                        T = T * (float_t(1.0) - a1) * (float_t(1.0) - a2)  # the sequential walk's rounding
-                        if T <= float_t(T_MIN):
-                            done = 1
-                            mine = 0
+        # Each CUDA warp walks the chunk a window of warp_width() entries at a time, on its own (no block
+        # barrier): lane l's entry of window c is start + c nw + l. The window's mask words and indices are
+        # loaded two windows ahead and its records staged one window ahead (warp_kernels.lidar_staging).
+        nw = warp_width()
+        col = part * BLOCK_WARPS + warp_index(t)  # the warp's column of the ray masks
+        buf = staging_buffer(splats)
+        n_win = (end - start + nw - 1) // nw
+        h_now, i_now = window_entry(ids, ray_masks, start + lane_id(), start, end, col)
+        if warp_any(1 - done) != 0 and n_win > 0:
+            stage_window(buf, splats, 0, i_now, h_now, t)
+        h_next, i_next = window_entry(ids, ray_masks, start + nw + lane_id(), start, end, col)
+        for c in range(n_win):
+            if warp_any(1 - done) == 0:
+                break  # a CUDA warp leaves the chunk as soon as its 32 rays have stopped
+            ahead = int(c + 1 < n_win)
+            if ahead != 0:
+                stage_window(buf, splats, (c + 1) % SLOTS, i_next, h_next, t)
+            h_after, i_after = window_entry(ids, ray_masks, start + (c + 2) * nw + lane_id(), start, end, col)
+            window_wait(ahead)
+            slot = c % SLOTS
+            # each thread visits only the window's entries its ray mask marks
+            mine = window_hits(h_now, t, done)
+            if composite:
+                while mine != 0:
+                    jj = lowest_bit(mine)
+                    mine = mine & (mine - 1)
+                    rec = staged_record(buf, splats, slot, jj, t)
+                    # The ray's state is updated without branches (alpha is 0 where the walk skips the
+                    # splat, and then T, the sums and the median stay as they are): the branches compiled to
+                    # a dozen selects per step, and the pass took 0.40 ms at 5M Gaussians on an H200 against
+                    # 0.35 now. (The backward's walk, written so, took 0.65 ms against 0.59-0.61 while it
+                    # still tested each entry against the ray's last; benchmarks/RESULTS.md, raster-lidar,
+                    # twentieth. It now drops those entries from its bits instead.)
+                    alpha = splat_alpha(rec, ray_az, ray_el)
+                    next_T = T * (float_t(1.0) - alpha)
+                    stop = next_T <= float_t(T_MIN)
+                    w = wp.where(stop, float_t(0.0), alpha * T)
+                    rng += w * rec[5]
+                    inten += w * rec[7]
+                    if T > float_t(MEDIAN_T) and next_T <= float_t(MEDIAN_T) and not stop:
+                        med = staged_id(buf, splats, slot, jj, t)
+                    last = wp.where(alpha > float_t(0.0) and not stop, start + c * nw + jj + 1, last)
+                    T = wp.where(stop, T, next_T)
+                    done = wp.where(stop, 1, done)
+                    mine = wp.where(stop, 0, mine)
+            else:
+                while mine != 0:
+                    # two entries per step: their loads and exponentials overlap (no dependence)
+                    j1, j2, mine = two_hits(mine, 0)
+                    a1 = splat_alpha(staged_record(buf, splats, slot, j1, t), ray_az, ray_el)
+                    a2 = splat_alpha(staged_record(buf, splats, slot, wp.max(j2, 0), t), ray_az, ray_el)
+                    if j2 < 0:
+                        a2 = float_t(0.0)
+                    # a skipped entry's alpha is 0: the factor 1 is exact. Past the stop the product
+                    # only shrinks, and a product <= T_MIN is all phase 1 reads from it.
+                    T = T * (float_t(1.0) - a1) * (float_t(1.0) - a2)  # the sequential walk's rounding
+                    if T <= float_t(T_MIN):
+                        done = 1
+                        mine = 0
+            h_now, i_now = h_next, i_next
+            h_next, i_next = h_after, i_after
+        window_wait(0)  # no copy in flight into the warp's slots when it leaves
         if ch >= 0:
             if composite:
                 part_T[item, lane] = wp.where(T > float_t(T_MIN), T, float_t(-1.0))
