@@ -19,15 +19,11 @@ and the first column) is emitted into the tiles at both ends, once each. The sor
 a 32-bit int, ``tile << range_bits | quantised range`` (range_bits = 31 - tile bits, at
 least 16, so a quantum is at most max_range / 65536): a 32-bit key sorts in fewer radix
 passes and half the bytes of the camera's 64-bit keys, and Gaussians closer than a quantum
-keep their index order (the sort is stable, and keys are emitted in Gaussian order).
-
-Each Gaussian's tile count (``tiles_touched``) is taken by the projection, which has the splat
-in registers (``warp_kernels.lidar_project``): at 5M Gaussians on an H200 the projection took
-241 us instead of 178, and the count's kernel of its own, which read the splats and extents
-again, 74 us, went (benchmarks/RESULTS.md, raster-lidar, twenty-third). The fills the binning
-needs ride along with its kernels rather than taking launches of their own (each is host time):
-the projection zeroes the tile ranges, ``emit_keys`` writes the total and pads the key slots
-past it, and ``ray_masks`` zeroes the backward's gradient buffer when it is given one.
+keep their index order (the sort is stable, and keys are emitted in Gaussian order). The
+fills the binning needs ride along with its kernels rather than taking launches of their own
+(each is host time): ``count_tiles`` zeroes the tile ranges, ``emit_keys`` writes the
+total and pads the key slots past it, and ``ray_masks`` zeroes the backward's gradient buffer
+when it is given one.
 
 Ray masks. A tile's TILE_RAYS rays are WARPS CUDA warps of the rasterizer, each a small block
 of rays in (azimuth, elevation) (``ray_of_lane``; ``warp_rect``, built on the host, is each
@@ -241,7 +237,7 @@ def band_tiles(k0: int, k1: int, cols: int, columns: int):
 def tile_bounds(keys: wp.array(dtype=wp.int32), k: int, n: int, tile: int, range_bits: int,
                 ranges: wp.array2d(dtype=wp.int32)):
     """Where sorted entry k (of n valid, in ``tile``) starts or ends a tile's slice, write that bound
-    into ``ranges`` ([T, 2], zeroed by the projection): [start, end) of each tile in the sorted list."""
+    into ``ranges`` ([T, 2], zeroed by ``count_tiles``): [start, end) of each tile in the sorted list."""
     if k == 0:
         ranges[tile, 0] = 0
     else:
@@ -254,8 +250,7 @@ def tile_bounds(keys: wp.array(dtype=wp.int32), k: int, n: int, tile: int, range
 
 
 def make_binning_kernels(float_t):
-    """``tiles_touched`` (the tile count, a function the projection calls), and the ``emit_keys`` and
-    ``ray_masks`` kernels, for one float type of the splats."""
+    """``count_tiles``, ``emit_keys`` and ``ray_masks`` for one float type of the splats."""
     module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
     vec2 = wp.types.vector(2, float_t)
     vec4 = wp.types.vector(4, float_t)
@@ -283,23 +278,36 @@ def make_binning_kernels(float_t):
                 b_hi = mid
         return b_lo
 
-    @wp.func(module=module)
-    def tiles_touched(alpha: float_t, elev: float_t, ext_a: float_t, ext_e: float_t,
-                      band_i: wp.array(dtype=wp.vec4i), band_f: wp.array(dtype=vec4), columns: int):
-        """How many tiles a splat at (alpha, elev) with extents (ext_a, ext_e) is binned into (0: culled,
-        ext_a <= 0); ``emit_keys`` emits the same tiles."""
+    @wp.kernel(module=module)
+    def count_tiles(
+        splats: wp.array(dtype=vec8),  # [N]
+        extents: wp.array(dtype=vec2),  # [N] (0, 0) = culled
+        band_i: wp.array(dtype=wp.vec4i),  # [B] (first slot, rows, cols, first tile)
+        band_f: wp.array(dtype=vec4),  # [B] (elev lo, elev hi, s*offset lo, s*offset hi)
+        columns: int,
+        counts: wp.array(dtype=wp.int32),  # [N] out
+        ranges: wp.array2d(dtype=wp.int32),  # [T, 2] out: zeroed, for ray_masks' tile bounds (no fill of its own)
+    ):
+        i = wp.tid()
+        # the Gaussian's reads first (with the extents, not after the test on them: one wait for memory, not
+        # two), ahead of the writes below (which the compiler may not move them past)
+        ext = extents[i]
+        rec = splats[i]
+        for r in range(i, ranges.shape[0], extents.shape[0]):
+            ranges[r, 0] = 0
+            ranges[r, 1] = 0
         count = int(0)
-        if ext_a > float_t(0.0):
-            lo = elev - ext_e
-            hi = elev + ext_e
+        if ext[0] > float_t(0.0):
+            lo = rec[1] - ext[1]
+            hi = rec[1] + ext[1]
             for b in range(first_band(band_f, lo), band_f.shape[0]):
                 bf = band_f[b]
                 if bf[0] > hi:
                     break  # bands ascend in elevation
-                k0, k1 = column_span(alpha, ext_a, bf[2], bf[3], columns)
+                k0, k1 = column_span(rec[0], ext[0], bf[2], bf[3], columns)
                 t0, n1, n2 = band_tiles(k0, k1, band_i[b][2], columns)
                 count += n1 + n2
-        return count
+        counts[i] = count
 
     @wp.kernel(module=module)
     def emit_keys(
@@ -388,7 +396,7 @@ def make_binning_kernels(float_t):
         slot_f: wp.array(dtype=vec2),  # [C] (s * azimuth offset, elevation) of each elevation-sorted slot, rad
         columns: int,
         masks: wp.array(dtype=wp.int32),  # [M * WARPS] out: bit l of word k * WARPS + w = lane l of warp w may see entry k
-        ranges: wp.array2d(dtype=wp.int32),  # [T, 2] out, zeroed by the projection: [start, end) of each tile
+        ranges: wp.array2d(dtype=wp.int32),  # [T, 2] out, zeroed by count_tiles: [start, end) of each tile
         overflow: wp.array(dtype=wp.bool),  # [1] out: more intersections wanted than the capacity
         zeroed: wp.array(dtype=float_t),  # [Z] out: zeroed (the backward's gradient buffer; may be empty)
     ):
@@ -397,7 +405,7 @@ def make_binning_kernels(float_t):
         if k == 0:
             overflow[0] = total[0] > capacity
         # The backward's buffer is zeroed here rather than by a fill of its own: this pass is bound by its
-        # instructions, and the stores cost it 22 us against the fill's 33 at 5M Gaussians on an H200.
+        # instructions, and at 5M Gaussians on an H200 the stores cost it 22 us against the fill's 34.
         for z in range(k, zeroed.shape[0], capacity):
             zeroed[z] = float_t(0.0)
         if k >= n:
@@ -489,11 +497,11 @@ def make_binning_kernels(float_t):
                     bits = bits | bit_span(rr * cw + j_lo, rr * cw + j_hi)
             masks[k * WARPS + w] = bits
 
-    return tiles_touched, emit_keys, ray_masks
+    return count_tiles, emit_keys, ray_masks
 
 
-tiles_touched_f32, emit_keys_f32, ray_masks_f32 = make_binning_kernels(wp.float32)
-tiles_touched_f64, emit_keys_f64, ray_masks_f64 = make_binning_kernels(wp.float64)
+count_tiles_f32, emit_keys_f32, ray_masks_f32 = make_binning_kernels(wp.float32)
+count_tiles_f64, emit_keys_f64, ray_masks_f64 = make_binning_kernels(wp.float64)
 
 
 @wp.func

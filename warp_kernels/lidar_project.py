@@ -42,10 +42,8 @@ as (w, x, y, z) ``vec4`` and become Warp's (x, y, z, w) here.
 
 Outputs per Gaussian: ``splats`` [N] vec8 = (alpha, elev, conic a, conic b, conic c,
 range, opacity, intensity), the record the rasterizer stages in shared memory (one 32-byte
-gather per Gaussian in float32), ``extents`` [N] vec2, the half-widths of the splat's
-bounding box in (alpha, elev) out to where its alpha falls to ALPHA_MIN ((0, 0) = culled), and
-``counts`` [N], how many tiles the binning will emit the splat into
-(``warp_kernels.lidar_binning.tiles_touched``), taken here while the splat is in registers.
+gather per Gaussian in float32), and ``extents`` [N] vec2, the half-widths of the splat's
+bounding box in (alpha, elev) out to where its alpha falls to ALPHA_MIN; (0, 0) = culled.
 """
 
 import functools
@@ -53,7 +51,6 @@ import math
 
 import warp as wp
 
-from warp_kernels import lidar_binning as kbin
 from warp_kernels.compositing import ALPHA_MIN
 from warp_kernels.modules import variant_module
 from warp_kernels.pose_funcs import make_pose_funcs, make_pose_rate_func, make_rotation_funcs
@@ -128,14 +125,12 @@ def make_projection_kernel(float_t):
     to_quat, pose_at = make_pose_funcs(float_t)
     firing_fraction = make_firing_fraction(float_t)
     jacobian_angles = make_jacobian_angles(float_t)
-    tiles_touched = kbin.tiles_touched_f32 if float_t == wp.float32 else kbin.tiles_touched_f64
 
     @wp.func(module=module)
-    def cull(splats: wp.array(dtype=vec8), extents: wp.array(dtype=vec2), counts: wp.array(dtype=wp.int32), i: int):
+    def cull(splats: wp.array(dtype=vec8), extents: wp.array(dtype=vec2), i: int):
         """A culled Gaussian's outputs: zeros (written here rather than by a fill of the whole output)."""
         splats[i] = vec8()
         extents[i] = vec2(float_t(0.0), float_t(0.0))
-        counts[i] = 0
 
     @wp.kernel(module=module)
     def project_lidar(
@@ -158,14 +153,9 @@ def make_projection_kernel(float_t):
         elev_hi: float_t,  # rad, highest channel elevation
         eps_az: float_t,  # rad^2 added to the azimuth variance (beam footprint)
         eps_el: float_t,  # rad^2 added to the elevation variance
-        band_i: wp.array(dtype=wp.vec4i),  # [B] the lidar's bands (warp_kernels.lidar_binning)
-        band_f: wp.array(dtype=vec4),  # [B]
-        columns: int,
         # outputs, [N]
         splats: wp.array(dtype=vec8),  # (alpha, elev, conic a, b, c, range, opacity, intensity)
         extents: wp.array(dtype=vec2),  # half-widths in (alpha, elev); (0, 0) = culled
-        counts: wp.array(dtype=wp.int32),  # tiles the splat is binned into (lidar_binning.tiles_touched)
-        ranges: wp.array2d(dtype=wp.int32),  # [T, 2] zeroed, for the binning's tile bounds (no fill of its own)
     ):
         i = wp.tid()
         # every read of the Gaussian first, ahead of the culling branches: one wait for memory, not three
@@ -174,9 +164,6 @@ def make_projection_kernel(float_t):
         op = opacities[i]
         qv = quats[i]
         intensity = intensities[i]
-        for z in range(i, ranges.shape[0], means.shape[0]):
-            ranges[z, 0] = 0
-            ranges[z, 1] = 0
         q0 = to_quat(rot_start[0])
         q1 = to_quat(rot_end[0])
         t0 = trans_start[0]
@@ -193,7 +180,7 @@ def make_projection_kernel(float_t):
         # culled: out of range, the sensor inside the Gaussian, too faint to reach ALPHA_MIN
         if (r <= min_range or r > max_range or rho2 <= float_t(0.0)
                 or r < float_t(NEAR_SIGMAS) * wp.max(s[0], wp.max(s[1], s[2])) or op <= float_t(ALPHA_MIN)):
-            cull(splats, extents, counts, i)
+            cull(splats, extents, i)
             return
         # alpha = opacity exp(-d^2 / 2) reaches ALPHA_MIN at d^2 = 2 ln(opacity / ALPHA_MIN)
         reach = float_t(2.0) * wp.log(op / float_t(ALPHA_MIN))
@@ -221,13 +208,11 @@ def make_projection_kernel(float_t):
         det = a2 * c2 - b2 * b2
         ext_el = wp.sqrt(reach * c2)
         if det <= float_t(0.0) or elev + ext_el < elev_lo or elev - ext_el > elev_hi:
-            cull(splats, extents, counts, i)  # degenerate, or above or below every beam
+            cull(splats, extents, i)  # degenerate, or above or below every beam
             return
         inv_det = float_t(1.0) / det
-        ext_az = wp.sqrt(reach * a2)
         splats[i] = vec8(az, elev, c2 * inv_det, -b2 * inv_det, a2 * inv_det, r, op, intensity)
-        extents[i] = vec2(ext_az, ext_el)
-        counts[i] = tiles_touched(az, elev, ext_az, ext_el, band_i, band_f, columns)
+        extents[i] = vec2(wp.sqrt(reach * a2), ext_el)
 
     return project_lidar
 

@@ -426,38 +426,22 @@ def _kernels(dtype: torch.dtype) -> dict:
     else:
         raise ValueError(f"Gaussians must be float32 or float64, got {dtype}")
     return {"project": getattr(kproj, f"project_lidar_{s}"), "project_bwd": getattr(kproj, f"project_lidar_backward_{s}"),
+            "count": getattr(kbin, f"count_tiles_{s}"),
             "emit": getattr(kbin, f"emit_keys_{s}"), "masks": getattr(kbin, f"ray_masks_{s}"),
             "fwd": getattr(kraster, f"lidar_forward_{s}"),
             "merge": getattr(kraster, f"lidar_merge_{s}"), "out_grads": getattr(kraster, f"lidar_output_grads_{s}"),
             "bwd": getattr(kraster, f"lidar_backward_{s}")}
 
 
-@dataclass
-class LidarProjection:
-    """What the projection (``warp_kernels.lidar_project.project_lidar``) writes, per Gaussian."""
-
-    splats: torch.Tensor  # [N, 8] (alpha, elev, conic a, b, c, range, opacity, intensity)
-    extents: torch.Tensor  # [N, 2] half-widths in (alpha, elev); 0 where culled
-    counts: torch.Tensor  # [N] int32: tiles each splat is binned into
-    tile_ranges: torch.Tensor  # [T, 2] int32, zeroed: the binning writes each tile's slice of the sorted list
-
-
 def project_lidar_splats(means: torch.Tensor, quats: torch.Tensor, scales: torch.Tensor, opacities: torch.Tensor,
-                        intensities: torch.Tensor, lidar: LidarBatch) -> LidarProjection:
-    """Queue the projection (``warp_kernels.lidar_project.project_lidar``), which also counts each
-    splat's tiles for the binning."""
+                        intensities: torch.Tensor, lidar: LidarBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Queue the projection (``warp_kernels.lidar_project.project_lidar``): splats [N, 8] and extents [N, 2]."""
     n = means.shape[0]
-    device = means.device
-    # the projection writes every entry (and zeroes the tile ranges for the binning)
-    splats = torch.empty(n, 8, dtype=means.dtype, device=device)
-    extents = torch.empty(n, 2, dtype=means.dtype, device=device)
-    counts = torch.empty(n, dtype=torch.int32, device=device)
-    ranges = torch.empty(lidar.tiles.num_tiles, 2, dtype=torch.int32, device=device)
-    if not n:  # (the kernel does not run)
-        ranges.zero_()
+    splats = torch.empty(n, 8, dtype=means.dtype, device=means.device)  # the projection writes every entry
+    extents = torch.empty(n, 2, dtype=means.dtype, device=means.device)
     launch(_kernels(means.dtype)["project"], n, _project_args(means, quats, scales, opacities, intensities, lidar),
-           [splats, extents, counts, ranges], device=warp_device(device))
-    return LidarProjection(splats, extents, counts, ranges)
+           [splats, extents], device=warp_device(means.device))
+    return splats, extents
 
 
 def _project_args(means, quats, scales, opacities, intensities, lidar: LidarBatch) -> list:
@@ -466,8 +450,7 @@ def _project_args(means, quats, scales, opacities, intensities, lidar: LidarBatc
     return [means, quats, scales, opacities, intensities, lidar.rot_start, lidar.trans_start, lidar.rot_end,
             lidar.trans_end, float(lidar.sign), float(lidar.start_azimuth), float(lidar.min_range),
             float(lidar.max_range), float(lo), float(hi), float(lidar.elevation_range[0]),
-            float(lidar.elevation_range[1]), float(lidar.eps[0]), float(lidar.eps[1]), lidar.tiles.band_i,
-            lidar.tiles.band_f, lidar.columns]
+            float(lidar.elevation_range[1]), float(lidar.eps[0]), float(lidar.eps[1])]
 
 
 @dataclass
@@ -498,15 +481,15 @@ def bin_lidar(
     intensities: torch.Tensor,  # [N]
     lidar: LidarBatch,  # of the Gaussians' dtype and device
     settings: LidarRenderSettings,
-    projected: LidarProjection | None = None,
+    projected: tuple[torch.Tensor, torch.Tensor] | None = None,
     grad_buffer: torch.Tensor | None = None,
 ) -> LidarBins:
     """The first half of ``render_lidar`` (no gradient): projection, binning, sort, work items.
 
     Also useful alone for work statistics (``tile_work``) without rasterizing. ``projected``:
-    the projection when already queued (``project_lidar_splats``). ``grad_buffer``: a tensor of
-    the Gaussians' dtype (``render_lidar``'s backward buffer for the records' gradients) that
-    the ray-mask pass zeroes on its way.
+    the projection's (splats, extents) when already queued (``project_lidar_splats``).
+    ``grad_buffer``: a tensor of the Gaussians' dtype (``render_lidar``'s backward buffer for the
+    records' gradients) that the ray-mask pass zeroes on its way.
     """
     dtype, device = means.dtype, means.device
     k = _kernels(dtype)
@@ -519,15 +502,19 @@ def bin_lidar(
 
     if projected is None:
         projected = project_lidar_splats(means, quats, scales, opacities, intensities, lidar)
-    splats, extents, counts, ranges = projected.splats, projected.extents, projected.counts, projected.tile_ranges
+    splats, extents = projected
     wdev = warp_device(device)
+    counts = torch.empty(n, dtype=torch.int32, device=device)
     offsets = torch.empty(n, dtype=torch.int32, device=device)
     # No fills where a kernel writes anyway (each is host time): the key emission writes the
-    # total and pads the keys past it, the projection zeroes the tile ranges; only the sorted
+    # total and pads the keys past it, the tile count zeroes the tile ranges; only the sorted
     # entries below the total, and the work items below their count, are ever read.
     total = torch.empty(1, dtype=torch.int32, device=device)
-    if not n:  # (the kernel that writes it does not run)
+    ranges = torch.empty(T, 2, dtype=torch.int32, device=device)
+    if not n:  # (the kernels that write these do not run)
         total.zero_()
+        ranges.zero_()
+    launch(k["count"], n, [splats, extents, tiles.band_i, band_f, W], [counts, ranges], device=wdev)
     if n:
         torch.cumsum(counts, 0, dtype=torch.int32, out=offsets)
     capacity = settings.capacity
@@ -599,17 +586,16 @@ def tile_work(lidar: LidarBatch, tile_ranges: torch.Tensor,  # [T, 2] int32
 class _RenderLidar(torch.autograd.Function):
     @staticmethod
     def forward(ctx, means, quats, scales, opacities, intensities, lidar: LidarBatch, settings: LidarRenderSettings,
-                projected: LidarProjection):
+                splats: torch.Tensor, extents: torch.Tensor):
         dtype, device = means.dtype, means.device
         k = _kernels(dtype)
         C, W = lidar.channels, lidar.columns
         tiles = lidar.tiles
         channel_f = lidar.channel_f
         # the backward's buffer for the records' gradients, zeroed by the binning (no fill of its own)
-        ctx.g_splats = torch.empty_like(projected.splats) if any(ctx.needs_input_grad[:5]) else None
-        bins = bin_lidar(means, quats, scales, opacities, intensities, lidar, settings, projected=projected,
+        ctx.g_splats = torch.empty_like(splats) if any(ctx.needs_input_grad[:5]) else None
+        bins = bin_lidar(means, quats, scales, opacities, intensities, lidar, settings, projected=(splats, extents),
                          grad_buffer=ctx.g_splats)
-        splats, extents = bins.splats, bins.extents
         values, ranges, items, tile_items, num_items, total, overflow = (
             bins.ids, bins.tile_ranges, bins.items, bins.tile_items, bins.num_items, bins.total, bins.overflow)
         max_items = items.shape[0]
@@ -682,7 +668,7 @@ class _RenderLidar(torch.autograd.Function):
                     lidar.trans_end, float(lidar.sign), float(lidar.start_azimuth), float(lo), float(hi),
                     float(lidar.eps[0]), float(lidar.eps[1]), extents, g_splats],
                    [g_means, g_quats, g_scales, g_opacities, g_intensities], device=wdev)
-        return g_means, g_quats, g_scales, g_opacities, g_intensities, None, None, None
+        return g_means, g_quats, g_scales, g_opacities, g_intensities, None, None, None, None
 
 
 _apply_render_lidar = direct_apply(_RenderLidar)
@@ -725,11 +711,10 @@ def render_lidar(
                  intensities.contiguous())
     # the projection first, ahead of the autograd node: the device starts on it while the host sets the node
     # up (a call's first launch waits on all its host time before it)
-    projected = project_lidar_splats(*gaussians, lid)
+    splats, extents = project_lidar_splats(*gaussians, lid)
     (range_sum, int_sum, hit, median, range_, intensity, total, overflow, ranges, items,
-     num_items) = _apply_render_lidar(*gaussians, lid, settings, projected)
+     num_items) = _apply_render_lidar(*gaussians, lid, settings, splats, extents)
     return LidarRender(range=range_, hit_prob=hit, intensity=intensity, median_range=median,
-                       range_sum=range_sum, intensity_sum=int_sum, angles=projected.splats[:, :2],
-                       extents=projected.extents,
+                       range_sum=range_sum, intensity_sum=int_sum, angles=splats[:, :2], extents=extents,
                        intersections=total, overflow=overflow, tile_ranges=ranges, work_items=items,
                        num_items=num_items)

@@ -91,7 +91,7 @@ def test_camera_render_reads_only_what_it_wrote(pinhole, spare, monkeypatch):
 def test_lidar_render_reads_only_what_it_wrote(spare, monkeypatch):
     """``spare``: a fixed capacity with room to spare (the key slots past the total are padded by
     the key emission). The Gaussians lie in a narrow sector ahead, so most tiles are empty (their
-    ranges are zeroed by the projection: no fill of their own); the tile ranges are compared too."""
+    ranges are zeroed by the tile count: no fill of their own); the tile ranges are compared too."""
     lidar = make_lidar(torch.float32, columns=512)
     # near 0.3 m: some Gaussians inside the lidar's minimum range (culled)
     params = lidar_gaussians(300, torch.float32, near=0.3, far=60.0)
