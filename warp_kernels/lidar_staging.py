@@ -10,9 +10,10 @@ newer: the gathers bypass the registers) issued one window ahead, so that they l
 warp walks the window before. A warp then waits only on its own copies (``cp.async.wait_group``
 and ``__syncwarp``), never on the block's other warps.
 
-(Staged block-wide, a batch of 256 entries at a time behind a block barrier, the walks waited
-for their block's slowest warp at every batch, and the records of every entry were staged for
-all of the block's warps.)
+The forward walks stage this way. Block-wide staging, which the backward keeps (staged per warp
+it was slower), takes a batch of BATCH entries at a time behind block barriers: there every warp
+waits for its block's slowest at every batch, and each entry's record is staged for all of the
+block's warps (benchmarks/RESULTS.md, raster-lidar, twenty-third).
 
 A block's slots are a static ``__shared__`` array (CUDA) or a static array (CPU, where a block's
 threads are fibers of one OS thread, blocks run one after another, and every thread is a warp of
