@@ -20,8 +20,8 @@ and counts, per ray:
   busiest thread: the sum over windows of that maximum, times 32 lanes;
 * forward_pairs: the pairs the forward's threads evaluate in those steps (their masked entries
   up to and with their stop): forward_pairs / forward is the share of a warp's lanes at work;
-* forward_batch: the forward's steps if a warp walked a whole batch (BATCH entries, what the block
-  stages at a time) as one window: how much wider windows alone would give;
+* forward_batch: the forward's steps if a warp walked a whole batch (BATCH entries) as one window:
+  how much wider windows alone would give;
 * transmittance: the same for the walks that only multiply (1 - alpha), in the forward's first
   launch: every chunk but the first and the last of its tile (a first chunk's product comes from
   its composited walk), each chunk on its own until its rays stop within it, and the part of it in
@@ -34,7 +34,7 @@ and counts, per ray:
   and twenty-second);
 * forward_blocks, transmittance_blocks: the lane-steps for which the passes' blocks (the
   renderer's ``lidar_raster.BLOCK_WARPS`` warps each) hold their warps: a block lasts as long as
-  its busiest warp, and its SM starts no other block until then (per-batch barriers aside).
+  its busiest warp, and its SM starts no other block until then.
 
 Counts are of evaluations by lanes (a warp evaluating one entry counts 32), not times.
 """

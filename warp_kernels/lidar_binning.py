@@ -109,7 +109,7 @@ wp.set_module_options({"enable_backward": False})
 TILE_RAYS = int(os.environ.get("NUREC_LIDAR_TILE_RAYS", "128"))
 if TILE_RAYS not in (64, 128, 256):
     raise ValueError(f"NUREC_LIDAR_TILE_RAYS must be 64, 128 or 256, got {TILE_RAYS}")
-BATCH = 256  # Gaussians the rasterizer stages in shared memory at a time; chunks are whole batches
+BATCH = 256  # Gaussians the backward stages in shared memory at a time; chunks are whole batches
 KEY_PAD = wp.constant(wp.int32(0x7FFFFFFF))  # sorts after every real key
 ORDER_BUCKETS = 16  # length classes of the work items' launch order (longest first; see the module docstring)
 CHUNK_MIN = 256  # never cut a tile's list finer than this (a chunk costs a block and a merge)

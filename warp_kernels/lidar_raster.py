@@ -179,7 +179,7 @@ def window_hits(h: int, t: int, done: int):
 def window_entry(ids: wp.array(dtype=wp.int32), ray_masks: wp.array2d(dtype=wp.int32), e: int, lo: int, hi: int,
                  col: int):
     """(ray-mask word of column ``col``, Gaussian index) of sorted entry e; (0, 0) outside lo .. hi - 1.
-    Both loads are issued together (the index is needed only with a word, but not a wait later)."""
+    The index is loaded whatever the word: both loads are then in flight together, not one after the other."""
     h = int(0)
     i = int(0)
     if e >= lo and e < hi:
@@ -211,16 +211,12 @@ def tile_last_chunk(items: wp.array(dtype=wp.vec4i), n_items: int, item: int):
 
 
 @wp.func
-def two_hits(mine: int, first: int):
-    """The window's next two entries of this thread (first + bit), the second -1 when there is
-    none, and the bits left after them."""
-    k1 = first + lowest_bit(mine)
+def two_hits(mine: int):
+    """The window's next two entries of this thread (their bits in ``mine``), the second -1 when
+    there is none, and the bits left after them."""
+    j1 = lowest_bit(mine)
     rest = mine & (mine - 1)
-    b2 = lowest_bit(rest)
-    k2 = int(-1)
-    if b2 >= 0:
-        k2 = first + b2
-    return k1, k2, rest & (rest - 1)
+    return j1, lowest_bit(rest), rest & (rest - 1)
 
 
 @wp.func
@@ -383,7 +379,7 @@ def make_raster_kernels(float_t, add8, walk_bounds, backward_bounds):
             else:
                 while mine != 0:
                     # two entries per step: their loads and exponentials overlap (no dependence)
-                    j1, j2, mine = two_hits(mine, 0)
+                    j1, j2, mine = two_hits(mine)
                     a1 = splat_alpha(staged_record(buf, splats, slot, j1, t), ray_az, ray_el)
                     a2 = splat_alpha(staged_record(buf, splats, slot, wp.max(j2, 0), t), ray_az, ray_el)
                     if j2 < 0:
