@@ -172,7 +172,7 @@ def test_second_backward_through_the_same_render():
     for a, b in zip(first, second):
         assert a.abs().sum() > 0
         torch.testing.assert_close(b, a, atol=1e-12, rtol=1e-12)
-    with torch.no_grad():  # and a render without gradients keeps no buffer for them
+    with torch.no_grad():  # a render without gradients (no buffer zeroed for them) gives the same outputs
         plain = render_lidar(*[p.detach() for p in params], lidar, settings=settings)
     torch.testing.assert_close(plain.range_sum, out.range_sum.detach(), atol=0, rtol=0)
 
