@@ -26,25 +26,24 @@ total and pads the key slots past it, and ``ray_masks`` zeroes the backward's gr
 when it is given one.
 
 Ray masks. A tile's TILE_RAYS rays are WARPS CUDA warps of the rasterizer, each a small block
-of rays in (azimuth, elevation) (``ray_of_lane``; ``warp_rect``, built on the host, is each
-warp's box). ``ray_masks`` writes, per sorted (tile, Gaussian) entry and warp, a 32-bit set of
-the warp's rays that may see the splat: for warps whose box meets the splat's box (with tiles
-of 256 rays a typical entry reached about 2 of the 8), per row of the warp's rays within the
-splat's elevation reach, the columns where the splat's quadratic form is within its alpha >=
-ALPHA_MIN bound (an interval: one square root per row). It is conservative (bounds widened by
-SIGMA_MARGIN and COL_MARGIN; a splat or warp wider than WIDE in azimuth gets whole rows), so
-results do not change, and nearly exact: on the benchmark's street 254.7 marked pairs per ray
-for 252.8 real hits. The rasterizer's threads walk only their own ray's marked entries (see
-``warp_kernels.lidar_raster``). Computed once, read by the three passes. One thread per entry,
-looping over its boxes' warps only (timed with tiles of 256 rays): one thread per (entry, warp)
-was 1.75 ms at 5M Gaussians on an H200, unrolled over all eight warps 1.27 ms, this (and
-fast_math) 0.62 ms, and 0.49 ms with an entry's eight words zeroed by two 16-byte stores
-(``zero_words``) before the warps whose box meets the splat's write theirs, instead of a 4-byte
-store per warp. With tiles of 128 rays it is issue-bound (ncu: 73% of the SMs' compute
-throughput, 0.74 instructions issued per scheduler cycle); taking the splat's box from its conic
-instead of gathering its extents, and finding the tiles' slices of the sorted list in the same pass
-(``tile_bounds``, a kernel of its own before), took it and the slices from 0.48 + 0.04 ms to 0.45 ms
-at 5M Gaussians (benchmarks/RESULTS.md, raster-lidar, nineteenth).
+of rays in (azimuth, elevation) (``ray_of_lane``). ``ray_masks`` writes, per sorted (tile,
+Gaussian) entry and warp, a 32-bit set of the warp's rays that may see the splat: per row of the
+tile within the splat's elevation reach, the columns where the splat's quadratic form is within
+its alpha >= ALPHA_MIN bound (an interval: one square root per row), cut at the warps' column
+boundaries. It is conservative (bounds widened by SIGMA_MARGIN and COL_MARGIN; where the splat's
+azimuth reach plus the tile's half-width exceeds WIDE it gets whole rows), so results do not
+change, and nearly exact: on the benchmark's street 254.7 marked pairs per ray for 252.8 real
+hits. The rasterizer's threads walk only their own ray's marked entries (see
+``warp_kernels.lidar_raster``). Computed once, read by the three passes. One thread per entry.
+Timed on an H200 at 5M Gaussians (benchmarks/RESULTS.md, raster-lidar): with tiles of 256 rays,
+one thread per (entry, warp) took 1.75 ms, one per entry unrolled over all eight warps 1.27 ms, and
+one per entry looping over the warps whose box met the splat's (fast_math) 0.62 ms, then 0.49 ms
+with an entry's words zeroed by 16-byte stores. With tiles of 128 rays that pass was issue-bound
+(ncu: 73% of the SMs' compute throughput) at 0.45 ms, its splat box taken from the conic and the
+tiles' slices of the sorted list found on the way (``tile_bounds``, nineteenth). Walking the tile's
+rows once instead of each warp's (the warps of a row of blocks share its rows' spans, and the box
+tests and their table go), with the words gathered in registers and written by one 16-byte store,
+took it from 0.47 ms to 0.29 ms (twenty-fourth).
 
 Work items. A tile's Gaussian list is cut into chunks of at most L Gaussians, each chunk
 one work item of the rasterizer: a handful of tiles (looking down a street at the horizon)
@@ -116,11 +115,15 @@ CHUNK_MIN = 256  # never cut a tile's list finer than this (a chunk costs a bloc
 # L as a fraction (num, den) of the mean tile's list, by device type (see the module docstring)
 CHUNK_OF_MEAN = {"cuda": (1, 2), "cpu": (2, 1)}
 WARPS = TILE_RAYS // 32  # CUDA warps per tile
-RECT_MARGIN = 1e-3  # relative widening of a splat's box in the warp test: rounding never culls a visible pair
+RECT_MARGIN = 1e-3  # relative widening of a splat's reach in ray_masks: rounding never culls a visible pair
 SIGMA_MARGIN = 1e-3  # relative widening of the ray test's sigma bound (rounding, fast_math's exp)
 COL_MARGIN = 0.01  # columns added at each end of a row's span (rounding of the azimuths)
 CONIC_BOX_MIN_DET = 0.01  # ray_masks takes a splat's box from its conic where det >= this x a c (else its extents)
-WIDE = 0.25  # rad: a splat or warp wider than this in azimuth marks all the warp's rays (no wrap test)
+# rad: where a splat's azimuth reach plus its tile's half-width exceeds this, ray_masks marks whole rows. Its
+# row test wraps the splat's offset once, from the tile's middle column, which is exact while that sum is
+# below pi (a column whose offset wraps lies at least pi - half-width from the splat); this leaves a wide
+# margin for rounding.
+WIDE = 1.0
 
 PI = math.pi
 TWO_PI = 2.0 * math.pi
@@ -131,7 +134,7 @@ INV_TWO_PI = 1.0 / TWO_PI
 # the tile's own shape scaled down. Tiles are about as tall as they are wide in angle (see
 # nurec_usd.render.lidar.plan_bands), so a warp's rays are nearly so too (1:1 with 128 rays, 2:1
 # with 256; 32 consecutive rays of a row, the layout before, made 8:1 strips). A small splat
-# reaches fewer warps' boxes (``ray_masks`` tests those alone): with tiles of 256 rays, on the
+# reaches fewer warps' boxes (then the ray masks' unit of work): with tiles of 256 rays, on the
 # benchmark's street 1.92 warps per (tile, Gaussian) entry at 1M Gaussians and 1.71 at 5M, against
 # 2.48 and 2.37 with the strips (4 x 2 blocks of rows / 4 x cols / 2: 1.96 and 1.82). Measured on
 # an H200 (benchmarks/RESULTS.md, raster-lidar): forward + backward at 5M 8.85 -> 7.93 ms, at 1M
@@ -140,24 +143,35 @@ WARP_BLOCK_COLS = WARPS // 2  # warp blocks across a tile (and 2 down)
 
 
 @wp.func_native("""
-return (int)((0xFFFFFFFFu >> (31 - hi)) & (0xFFFFFFFFu << lo));
+return (int64_t)((0xFFFFFFFFFFFFFFFFull >> (63 - hi)) & (0xFFFFFFFFFFFFFFFFull << lo));
 """)
-def bit_span(lo: int, hi: int) -> int:
-    """Bits lo..hi set (0 <= lo <= hi <= 31), as an int32 (bit 31 is the sign)."""
+def bit_span64(lo: int, hi: int) -> wp.int64:
+    """Bits lo..hi set (0 <= lo <= hi <= 63), as an int64."""
     ...
 
 
+# ray_masks' words of an entry, two to a 64-bit accumulator per warp column (low half: the lower warp)
+acc_t = wp.types.vector(WARP_BLOCK_COLS, wp.int64)
+# word w of an entry (warp row w / WARP_BLOCK_COLS, warp column w % WARP_BLOCK_COLS) as a C expression
+_WORD = [f"(int)(acc.c[{w % WARP_BLOCK_COLS}] >> {32 * (w // WARP_BLOCK_COLS)})" for w in range(WARPS)]
+_STORE_WORDS = {
+    2: f"*(int2*)p = make_int2({_WORD[0]}, {_WORD[1]});",
+    4: f"*(int4*)p = make_int4({', '.join(_WORD)});",
+    8: f"((int4*)p)[0] = make_int4({', '.join(_WORD[:4])}); ((int4*)p)[1] = make_int4({', '.join(_WORD[4:])});",
+}[WARPS]
+
+
 @wp.func_native(f"""
+int* p = ((int*)a.data) + (size_t)k * {WARPS};
 #if defined(__CUDA_ARCH__)
-{"int2* p = (int2*)" if WARPS == 2 else "int4* p = (int4*)"}(((int*)a.data) + (size_t)k * {WARPS});
-for (int q = 0; q < {max(1, WARPS // 4)}; ++q) p[q] = {"make_int2(0, 0)" if WARPS == 2 else "make_int4(0, 0, 0, 0)"};
+{_STORE_WORDS}
 #else
-for (int f = 0; f < {WARPS}; ++f) ((int*)a.data)[(size_t)k * {WARPS} + f] = 0;
+{" ".join(f"p[{w}] = {word};" for w, word in enumerate(_WORD))}
 #endif
 """)
-def zero_words(a: wp.array(dtype=wp.int32), k: int):
-    """a[WARPS k : WARPS (k + 1)] = 0: an entry's mask words (CUDA: 16-byte stores, one 8-byte
-    store for 2 words; a's data 16-byte aligned, as torch's allocations are)."""
+def store_words(a: wp.array(dtype=wp.int32), k: int, acc: acc_t):
+    """a[WARPS k : WARPS (k + 1)] = an entry's words from their accumulators (CUDA: 16-byte stores, one
+    8-byte store for 2 words; a's data 16-byte aligned, as torch's allocations are)."""
     ...
 
 
@@ -390,7 +404,6 @@ def make_binning_kernels(float_t):
         range_bits: int,
         splats: wp.array(dtype=vec8),  # [N]
         extents: wp.array(dtype=vec2),  # [N]
-        warp_rect: wp.array2d(dtype=vec4),  # [T, WARPS] box of each warp's rays: (azimuth centre, half-width, elev lo, hi)
         tile_band: wp.array(dtype=int),  # [T]
         band_i: wp.array(dtype=wp.vec4i),  # [B]
         slot_f: wp.array(dtype=vec2),  # [C] (s * azimuth offset, elevation) of each elevation-sorted slot, rad
@@ -434,68 +447,58 @@ def make_binning_kernels(float_t):
             ee = ext[1]
         ea = ea * float_t(1.0 + RECT_MARGIN) + float_t(1e-6)
         ee = ee * float_t(1.0 + RECT_MARGIN) + float_t(1e-6)
-        # the warps whose ray box meets the splat's box (most do not: they get an empty mask at once)
-        boxes = int(0)
-        for w in range(WARPS):
-            r = warp_rect[tile, w]
-            d = rec[0] - r[0]
-            d = d - float_t(TWO_PI) * wp.floor((d + float_t(PI)) * float_t(INV_TWO_PI))
-            if rec[1] + ee >= r[2] and rec[1] - ee <= r[3] and wp.abs(d) <= r[1] + ea:
-                boxes = boxes | (1 << w)
-        zero_words(masks, k)  # the warps whose box meets the splat's overwrite their words below
-        if boxes == 0:
-            return
         bi = band_i[tile_band[tile]]
-        cw = bi[2] / WARP_BLOCK_COLS  # columns of a warp's block
-        rw = 32 / cw  # rows of a warp's block
+        cols = bi[2]
+        cw = cols / WARP_BLOCK_COLS  # columns of a warp's block
+        kc = (tile - bi[3]) * cols  # sweep column of the tile's first column
+        c_end = wp.min(cols, columns - kc)  # columns past the sweep's last have no ray
         step = float_t(TWO_PI) / float_t(columns)
         per_step = float_t(columns) * float_t(INV_TWO_PI)
-        jc = float_t(0.5) * float_t(cw - 1)
-        # exact rows, or whole rows for a splat too wide for the one-wrap test (conservative)
-        exact = ea <= float_t(WIDE) and rec[2] > float_t(0.0)
-        while boxes != 0:  # the warps in turn: as many rounds as the busiest thread has warps
-            w = lowest_bit(boxes)
-            boxes = boxes & (boxes - 1)
-            bits = int(0)
-            wr = w / WARP_BLOCK_COLS
-            kc = (tile - bi[3]) * bi[2] + (w - wr * WARP_BLOCK_COLS) * cw  # sweep column of the warp's first column
-            j_end = wp.min(cw, columns - kc)  # columns past the sweep's last have no ray
-            # offset of the splat from the warp's middle column's azimuth, before the channel's offset
-            d_mid = rec[0] - step * (float_t(kc) + jc)
-            d_mid = d_mid - float_t(TWO_PI) * wp.floor((d_mid + float_t(PI)) * float_t(INV_TWO_PI))
-            # rows beyond the splat's elevation reach see nothing (as the binning and the box test
-            # hold): from the first row at or above rec[1] - ee (a bisection: rows ascend in
-            # elevation) to the last at or below rec[1] + ee
-            slot0 = bi[0] + wr * rw
-            n_rows = wp.min(rw, bi[1] - wr * rw)
-            if j_end <= 0 or s_max < float_t(0.0):
-                n_rows = 0  # no rays in the warp's columns, or a splat no ray sees (its box test passed)
-            r_lo = int(0)
-            r_hi = n_rows
-            while r_lo < r_hi:
-                mid = (r_lo + r_hi) / 2
-                if slot_f[slot0 + mid][1] < rec[1] - ee:
-                    r_lo = mid + 1
-                else:
-                    r_hi = mid
-            for rr in range(r_lo, n_rows):
-                cf = slot_f[slot0 + rr]
-                de = rec[1] - cf[1]
-                if de < -ee:
-                    break
-                j_lo = int(0)
-                j_hi = j_end - 1
-                if exact and warp_rect[tile, w][1] <= float_t(WIDE):
-                    # the offset from the row's middle ray (wrapped again: the channel's offset is small)
-                    dc = d_mid - cf[0]
-                    if dc >= float_t(PI):
-                        dc -= float_t(TWO_PI)
-                    elif dc < float_t(-PI):
-                        dc += float_t(TWO_PI)
-                    j_lo, j_hi = row_span(rec, s_max, de, dc, jc, per_step, j_end)
-                if j_lo <= j_hi:
-                    bits = bits | bit_span(rr * cw + j_lo, rr * cw + j_hi)
-            masks[k * WARPS + w] = bits
+        jc = float_t(0.5) * float_t(cols - 1)
+        # exact rows where one wrap of the offset from the tile's middle column serves all its columns (see
+        # WIDE), else whole rows (conservative)
+        exact = ea + float_t(0.5) * float_t(cols) * step <= float_t(WIDE) and rec[2] > float_t(0.0)
+        # offset of the splat from the tile's middle column's azimuth, before the channel's offset
+        d_mid = rec[0] - step * (float_t(kc) + jc)
+        d_mid = d_mid - float_t(TWO_PI) * wp.floor((d_mid + float_t(PI)) * float_t(INV_TWO_PI))
+        # The tile's rows, each once for all the warps that share it: per warp column, the bits of tile row r
+        # go to bit r cw + (column - wc cw) of a 64-bit word whose low half is the lower warp's word and whose
+        # high half the upper one's (a warp's block holds 32 / cw rows).
+        acc = acc_t()
+        n_rows = bi[1]
+        if c_end <= 0 or s_max < float_t(0.0):
+            n_rows = 0  # no rays in the tile's columns, or a splat no ray sees
+        # rows beyond the splat's elevation reach see nothing (as the binning holds): from the first row at
+        # or above rec[1] - ee (a bisection: rows ascend in elevation) to the last at or below rec[1] + ee
+        r_lo = int(0)
+        r_hi = n_rows
+        while r_lo < r_hi:
+            mid = (r_lo + r_hi) / 2
+            if slot_f[bi[0] + mid][1] < rec[1] - ee:
+                r_lo = mid + 1
+            else:
+                r_hi = mid
+        for r in range(r_lo, n_rows):
+            cf = slot_f[bi[0] + r]
+            de = rec[1] - cf[1]
+            if de < -ee:
+                break
+            j_lo = int(0)
+            j_hi = c_end - 1
+            if exact:
+                # the offset from the row's middle ray (wrapped again: the channel's offset is small)
+                dc = d_mid - cf[0]
+                if dc >= float_t(PI):
+                    dc -= float_t(TWO_PI)
+                elif dc < float_t(-PI):
+                    dc += float_t(TWO_PI)
+                j_lo, j_hi = row_span(rec, s_max, de, dc, jc, per_step, c_end)
+            for wc in range(WARP_BLOCK_COLS):
+                lo = wp.max(j_lo, wc * cw)
+                hi = wp.min(j_hi, wc * cw + cw - 1)
+                if lo <= hi:
+                    acc[wc] = acc[wc] | bit_span64(r * cw + lo - wc * cw, r * cw + hi - wc * cw)
+        store_words(masks, k, acc)
 
     return count_tiles, emit_keys, ray_masks
 

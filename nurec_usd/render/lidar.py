@@ -58,7 +58,6 @@ class LidarTiles:
     band_i: torch.Tensor  # [B, 4] int32: (first slot, rows, cols, first tile)
     band_f: torch.Tensor  # [B, 4] float: (elevation lo, hi, s*offset lo, hi) of the band's channels, rad
     tile_band: torch.Tensor  # [T] int32: band of each tile
-    warp_rect: torch.Tensor  # [T, 8, 4] float: each CUDA warp's ray box (azimuth centre, half-width, elev lo, hi)
     slot_f: torch.Tensor  # [C, 2] float: (s * azimuth offset, elevation) of each slot (``channel_f`` by slot)
     num_tiles: int
 
@@ -71,7 +70,7 @@ class LidarTiles:
             return t.to(device=device, dtype=dtype).contiguous()
 
         return LidarTiles(self.bands, i(self.channel_order), i(self.channel_rank), i(self.slot_band), i(self.band_i),
-                          f(self.band_f), i(self.tile_band), f(self.warp_rect), f(self.slot_f), self.num_tiles)
+                          f(self.band_f), i(self.tile_band), f(self.slot_f), self.num_tiles)
 
 
 def plan_bands(elevation_sorted: Sequence[float], columns: int,
@@ -86,10 +85,10 @@ def plan_bands(elevation_sorted: Sequence[float], columns: int,
     and fewer columns. A splat is binned into every tile its bounding box touches, and square tiles
     are touched by the fewest splats per unit of area, which keeps the duplicated (tile, Gaussian)
     keys down. A fixed int uses that many channels per band. Measured on the benchmark's street (128
-    x 2048 rays, 1M Gaussians, tiles of 256 rays), as keys to sort / ray evaluations after the
-    warps' box test: auto 1.44M / 114M, 4 rows 1.91M / 160M, 8 rows 1.52M / 161M, 16 rows 1.41M /
-    108M, 32 rows 1.59M / 89M; which of the two costs weighs more is for GPU timing to say
-    (benchmarks/raster_lidar.py --band-rows).
+    x 2048 rays, 1M Gaussians, tiles of 256 rays), as keys to sort / ray evaluations in the warps
+    whose box the splat's met (the ray masks' test then): auto 1.44M / 114M, 4 rows 1.91M / 160M,
+    8 rows 1.52M / 161M, 16 rows 1.41M / 108M, 32 rows 1.59M / 89M; which of the two costs weighs
+    more is for GPU timing to say (benchmarks/raster_lidar.py --band-rows).
     """
     c = len(elevation_sorted)
     if isinstance(band_rows, int) and not isinstance(band_rows, bool):
@@ -127,13 +126,12 @@ def build_tiles(elevation: torch.Tensor,  # [C] rad
     el = elevation.detach().double().cpu()
     off = azimuth_offset.detach().double().cpu() * sign
     order = torch.argsort(el, stable=True)
-    bands, band_i, band_f, slot_band, tile_band, warp_rect = [], [], [], [], [], []
+    bands, band_i, band_f, slot_band, tile_band = [], [], [], [], []
     slot, tile = 0, 0
     for rows, shape_rows in plan_bands(el[order].tolist(), columns, band_rows):
         cols = TILE_RAYS // shape_rows
         chans = order[slot:slot + rows]
         n_tiles = -(-columns // cols)
-        warp_rect.append(_warp_rects(el[chans], off[chans], cols, n_tiles, columns))
         bands.append((slot, rows, cols))
         band_i.append([slot, rows, cols, tile])
         band_f.append([float(el[chans].min()), float(el[chans].max()),
@@ -147,7 +145,7 @@ def build_tiles(elevation: torch.Tensor,  # [C] rad
     i32 = dict(dtype=torch.int32, device=device)
     return LidarTiles(bands, order.to(**i32), rank.to(**i32), torch.tensor(slot_band, **i32),
                       torch.tensor(band_i, **i32), torch.tensor(band_f, dtype=torch.float64, device=device),
-                      torch.tensor(tile_band, **i32), torch.cat(warp_rect).to(device),
+                      torch.tensor(tile_band, **i32),
                       torch.stack((off[order], el[order]), -1).to(device), tile)
 
 
@@ -159,31 +157,6 @@ def lane_rays(cols: int) -> tuple[torch.Tensor, torch.Tensor]:  # [TILE_RAYS] ea
     w, lw = lane // 32, lane % 32
     wr, wc = w // kbin.WARP_BLOCK_COLS, w % kbin.WARP_BLOCK_COLS
     return wr * (32 // cw) + lw // cw, wc * cw + lw % cw
-
-
-def _warp_rects(el: torch.Tensor,  # [rows] elevations of a band's channels, ascending
-                off: torch.Tensor,  # [rows] their s * azimuth offsets
-                cols: int, n_tiles: int, columns: int) -> torch.Tensor:  # [n_tiles, WARPS, 4]
-    """Per tile of a band and per CUDA warp (32 consecutive threads, a block of rays: ``lane_rays``): the box of the
-    warp's rays in (sweep azimuth, elevation), as (azimuth centre, half-width, elevation lo, hi).
-    A warp without rays gets an empty box (lo > hi)."""
-    row, col = lane_rays(cols)
-    k = torch.arange(n_tiles)[:, None] * cols + col[None, :]  # [n_tiles, TILE_RAYS]
-    valid = (row < len(el))[None, :] & (k < columns)
-    r = row.clamp(max=len(el) - 1)
-    az = 2 * math.pi * k.double() / columns + off[r][None, :]
-    inf = torch.tensor(math.inf, dtype=torch.float64)
-    shape = (n_tiles, TILE_RAYS // 32, 32)
-
-    def lo_hi(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = x.expand(n_tiles, TILE_RAYS)
-        return (torch.where(valid, x, inf).reshape(shape).amin(-1), torch.where(valid, x, -inf).reshape(shape).amax(-1))
-
-    az_lo, az_hi = lo_hi(az)
-    el_lo, el_hi = lo_hi(el[r][None, :])
-    empty = ~valid.reshape(shape).any(-1)
-    rect = torch.stack(((az_lo + az_hi) / 2, (az_hi - az_lo) / 2, el_lo, el_hi), -1)
-    return torch.where(empty[..., None], torch.tensor([0.0, 0.0, 10.0, -10.0], dtype=torch.float64), rect)
 
 
 @dataclass
@@ -539,7 +512,7 @@ def bin_lidar(
     wp.utils.radix_sort_pairs(warp_view(keys), warp_view(ids), capacity, end_bit=31)
     overflow = torch.empty(1, dtype=torch.bool, device=device)
     zeroed = grad_buffer.view(-1) if grad_buffer is not None else torch.empty(0, dtype=dtype, device=device)
-    launch(k["masks"], capacity, [keys, ids, total, capacity, rb, splats, extents, tiles.warp_rect, tiles.tile_band,
+    launch(k["masks"], capacity, [keys, ids, total, capacity, rb, splats, extents, tiles.tile_band,
                                    tiles.band_i, tiles.slot_f, W], [masks.view(-1), ranges, overflow, zeroed],
            device=wdev)
     launch(kbin.count_items, T, [ranges, total, capacity, fixed_chunk, *chunk_of_mean], [chunk, item_counts],

@@ -548,7 +548,7 @@ def _lane_layout(cols: int, rows_out: wp.array(dtype=int), cols_out: wp.array(dt
 @pytest.mark.parametrize("rows", [4, 8, 16, 32])
 def test_lane_layout_warp_blocks(rows):
     """Every tile shape: the kernels' lane -> (row, column) map is a bijection onto the tile, its
-    inverse undoes it, the host's copy (which builds the warp boxes) agrees, and each CUDA warp
+    inverse undoes it, the host's copy (which the work counts use) agrees, and each CUDA warp
     holds a block of (rows / 2) x (cols / WARP_BLOCK_COLS) rays, not a strip of 32 along a row."""
     from nurec_usd.render.lidar import lane_rays
 

@@ -55,18 +55,22 @@ def test_transmittance_after_the_stops_on_opaque_shells():
     assert two["transmittance_two_waves"] < 0.9 * two["transmittance"], two
 
 
-@pytest.mark.parametrize("band_rows, columns, size, near, far", [
-    (4, 1000, 0.05, 3.0, 11.0),  # small splats; 4-row bands: warps of 2 rows x 16 columns; the last tile part empty
-    (32, 96, 0.05, 3.0, 11.0),  # 32-row bands (16 rows x 2 columns a warp, the bisection over rows)
-    (4, 200, 0.3, 3.0, 11.0),  # few columns: warps wider than WIDE (whole rows)
-    (8, 256, 1.5, 0.6, 2.5),  # near, large splats: wider than WIDE, whole rows
+@pytest.mark.parametrize("band_rows, columns, size, near, far, exact", [
+    # small splats; 4-row bands: warps of 2 rows x 16 columns; the last tile part empty
+    (4, 1000, 0.05, 3.0, 11.0, True),
+    (32, 96, 0.05, 3.0, 11.0, True),  # 32-row bands (16 rows x 2 columns a warp, the bisection over rows)
+    (4, 400, 0.3, 3.0, 11.0, True),  # few columns: tiles 0.25 rad wide (0.5 with tiles of 256 rays), exact rows
+    (4, 48, 0.3, 3.0, 11.0, False),  # fewer: tiles over 2 rad wide (1 with tiles of 64 rays), past WIDE: whole rows
+    (8, 256, 1.5, 0.6, 2.5, None),  # near, large splats: some past WIDE (whole rows), some not
 ])
-def test_ray_masks_never_miss_a_hit(band_rows, columns, size, near, far):
+def test_ray_masks_never_miss_a_hit(band_rows, columns, size, near, far, exact):
     """The ray masks are conservative on a moving lidar with uneven channels in any order and per-channel
-    azimuth offsets (splats across the sweep's seam too), in float32 (fast-math tests, rounding), and tight
-    where the exact row test applies."""
+    azimuth offsets (splats across the sweep's seam too), in float32 (fast-math tests, rounding), tight
+    where the exact row test applies, and wider than the hits where whole rows are marked."""
     params = make_gaussians(600, torch.float32, seed=3, near=near, far=far, size=size)
     c = work_counts(params, make_lidar(torch.float32, band_rows=band_rows, channels=32, columns=columns), chunk=10 ** 6)
     _check_order(c)
-    if size <= 0.05:
-        assert c["masked"] <= 1.2 * c["hit"], c
+    if exact is True:
+        assert c["masked"] <= 1.02 * c["hit"], c
+    elif exact is False:
+        assert c["masked"] >= 1.5 * c["hit"], c
