@@ -378,7 +378,7 @@ def make_binning_kernels(float_t):
 
     @wp.func(module=masks_module)
     def row_span(rec: vec8, s_max: float_t, de: float_t, dc: float_t, jc: float_t, per_step: float_t, j_end: int):
-        """Columns j_lo..j_hi (j_lo > j_hi: none) of a warp's row whose rays see the splat: those where
+        """Columns j_lo..j_hi (j_lo > j_hi: none) of a tile's row (0 .. j_end - 1) whose rays see the splat: those where
         0.5 a da^2 + b de da + 0.5 c de^2 <= s_max, with da_j = dc - (j - jc) step (dc: the splat's offset
         from the row's middle column)."""
         j_lo = int(0)
