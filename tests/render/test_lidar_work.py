@@ -59,8 +59,8 @@ def test_transmittance_after_the_stops_on_opaque_shells():
     # small splats; 4-row bands: warps of 2 rows x 16 columns; the last tile part empty
     (4, 1000, 0.05, 3.0, 11.0, True),
     (32, 96, 0.05, 3.0, 11.0, True),  # 32-row bands (16 rows x 2 columns a warp, the bisection over rows)
-    (4, 400, 0.3, 3.0, 11.0, True),  # few columns: tiles 0.25 rad wide (0.5 with tiles of 256 rays), exact rows
-    (4, 48, 0.3, 3.0, 11.0, False),  # fewer: tiles over 2 rad wide (1 with tiles of 64 rays), past WIDE: whole rows
+    (4, 400, 0.3, 3.0, 11.0, True),  # few columns: tiles' half-width 0.25 rad (0.5 with 256 rays), exact rows
+    (4, 48, 0.3, 3.0, 11.0, False),  # fewer: half-width 2.1 rad (1.05 with 64 rays), past WIDE: whole rows
     (8, 256, 1.5, 0.6, 2.5, None),  # near, large splats: some past WIDE (whole rows), some not
 ])
 def test_ray_masks_never_miss_a_hit(band_rows, columns, size, near, far, exact):
