@@ -417,8 +417,9 @@ def make_binning_kernels(float_t):
         n = wp.min(total[0], capacity)
         if k == 0:
             overflow[0] = total[0] > capacity
-        # The backward's buffer is zeroed here rather than by a fill of its own: this pass is bound by its
-        # instructions, and at 5M Gaussians on an H200 the stores cost it 22 us against the fill's 34.
+        # The backward's buffer is zeroed here rather than by a fill of its own (a launch less): at 5M Gaussians
+        # on an H200 the stores cost this pass 33-35 us against the fill's 35-37 (22 against 34 before the
+        # pass walked tile rows; benchmarks/RESULTS.md, raster-lidar, twenty-third and twenty-fourth).
         for z in range(k, zeroed.shape[0], capacity):
             zeroed[z] = float_t(0.0)
         if k >= n:
