@@ -37,6 +37,7 @@ from typing import Any
 import warp as wp
 
 from warp_kernels.modules import variant_module
+from warp_kernels.wide_io import load_row4, store_row4
 
 # Threads per block of the actor backward kernel: the width of its per-block reduction.
 BACKWARD_BLOCK_DIM = 256
@@ -193,11 +194,11 @@ def pose_translation(pose: Any):
     return wp.vector(pose[4], pose[5], pose[6])
 
 
-# 16-byte loads and stores. A Warp vec3 or vec4 of float32 is read and written one float at a
-# time; these move 16 bytes per instruction (the forward's two launches: 45.4 -> 42.5 us on an
-# H200, benchmarks/RESULTS.md, interp). They need 16-byte aligned, contiguous arrays: the caller
-# guarantees it (``nurec_usd.render.interpolate``). float64 runs only in tests and copies element
-# by element.
+# 16-byte loads and stores (here and ``warp_kernels.wide_io``). A Warp vec3 or vec4 of float32 is
+# read and written one float at a time; these move 16 bytes per instruction (the forward's two
+# launches: 45.4 -> 42.5 us on an H200, benchmarks/RESULTS.md, interp). They need 16-byte aligned,
+# contiguous arrays: the caller guarantees it (``nurec_usd.render.interpolate``). float64 runs only
+# in tests and copies element by element.
 
 _COPY_FLOATS4_F32 = """
 #if defined(__CUDA_ARCH__)
@@ -223,43 +224,6 @@ for (int e = 4 * k; e < 4 * k + 4; ++e) d[e] = s[e];
 """)
 def copy_floats4(src: wp.array(dtype=wp.vec3d), dst: wp.array(dtype=wp.vec3d), k: int):  # noqa: F811
     """float64 :func:`copy_floats4` (element by element)."""
-    ...
-
-
-@wp.func_native("""
-#if defined(__CUDA_ARCH__)
-const float4 v = reinterpret_cast<const float4*>(a.data)[i];
-return wp::vec4f(v.x, v.y, v.z, v.w);
-#else
-return a.data[i];
-#endif
-""")
-def load_row4(a: wp.array(dtype=wp.vec4f), i: int) -> wp.vec4f:
-    """Row i of a contiguous vec4 array, in one 16-byte load on CUDA."""
-    ...
-
-
-@wp.func_native("return a.data[i];")
-def load_row4(a: wp.array(dtype=wp.vec4d), i: int) -> wp.vec4d:  # noqa: F811
-    """float64 :func:`load_row4`."""
-    ...
-
-
-@wp.func_native("""
-#if defined(__CUDA_ARCH__)
-reinterpret_cast<float4*>(a.data)[i] = make_float4(v.c[0], v.c[1], v.c[2], v.c[3]);
-#else
-a.data[i] = v;
-#endif
-""")
-def store_row4(a: wp.array(dtype=wp.vec4f), i: int, v: wp.vec4f):
-    """Write row i of a contiguous vec4 array, in one 16-byte store on CUDA."""
-    ...
-
-
-@wp.func_native("a.data[i] = v;")
-def store_row4(a: wp.array(dtype=wp.vec4d), i: int, v: wp.vec4d):  # noqa: F811
-    """float64 :func:`store_row4`."""
     ...
 
 

@@ -257,14 +257,6 @@ def _track_arrays(tracks: TrackKeys, corr_t, corr_w) -> list:
     ]
 
 
-def _aligned16(x: torch.Tensor) -> torch.Tensor:
-    """``x`` (contiguous), copied when it does not start on a 16-byte boundary: the kernels move
-    the static Gaussians and the quaternions 16 bytes at a time. torch's allocators align every
-    new tensor, so only a view into the middle of one is ever copied (autograd passes through the
-    copy)."""
-    return x if x.data_ptr() % 16 == 0 else x.clone()
-
-
 def _query_time(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     # The kernels read t[0] (a 0-dim tensor passes as a one-element array); a cast, when one is
     # needed, runs on the device: no synchronisation.
@@ -533,16 +525,18 @@ def interpolate_gaussians(
     _check_static(static_means, static_quats, actor_means, tracks)
     # The kernels read rows in place: make them contiguous (no-ops for the usual tensors).
     c = lambda x: x.contiguous()  # noqa: E731
+    from nurec_usd.render.warp_torch import aligned16  # (imports Warp: kept out of this module's import)
+
     corr_t, corr_w = (None, None) if pose_corrections is None else (c(x) for x in pose_corrections)
     t = _query_time(t, tracks.dtype)
-    static_means, static_quats = _aligned16(c(static_means)), _aligned16(c(static_quats))
+    static_means, static_quats = aligned16(c(static_means)), aligned16(c(static_quats))
     poses, means, quats, visible = _queue_static(t, tracks, corr_t, corr_w, static_means, static_quats,
                                                  actor_means.shape[0])
     # The actors' tensors are checked after the first launch, which does not read them: the
     # device starts that much sooner (host time before the first launch is idle device time on
     # a small scene). A refusal here leaves only the new outputs written.
     _check_actors(actor_means, actor_quats, actor_index, tracks)
-    actor_means, actor_quats, actor_index = c(actor_means), _aligned16(c(actor_quats)), c(actor_index)
+    actor_means, actor_quats, actor_index = c(actor_means), aligned16(c(actor_quats)), c(actor_index)
     _queue_actors(static_means.shape[0], actor_means, actor_quats, actor_index, poses, means, quats, visible)
     wants_grad = (static_means.requires_grad or static_quats.requires_grad or actor_means.requires_grad
                   or actor_quats.requires_grad

@@ -30,7 +30,7 @@ import torch
 import warp as wp
 
 from nurec_usd.render.autograd_apply import direct_apply
-from nurec_usd.render.warp_torch import launch, warp_device, warp_view
+from nurec_usd.render.warp_torch import aligned16, launch, warp_device, warp_view
 from nurec_usd.sensors.se3 import invert_transform, matrix_to_quat
 from warp_kernels import lidar_binning as kbin
 from warp_kernels import lidar_project as kproj
@@ -410,6 +410,7 @@ def project_lidar_splats(means: torch.Tensor, quats: torch.Tensor, scales: torch
                         intensities: torch.Tensor, lidar: LidarBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """Queue the projection (``warp_kernels.lidar_project.project_lidar``): splats [N, 8] and extents [N, 2]."""
     n = means.shape[0]
+    quats = aligned16(quats)  # read 16 bytes at a time
     splats = torch.empty(n, 8, dtype=means.dtype, device=means.device)  # the projection writes every entry
     extents = torch.empty(n, 2, dtype=means.dtype, device=means.device)
     launch(_kernels(means.dtype)["project"], n, _project_args(means, quats, scales, opacities, intensities, lidar),
@@ -680,7 +681,7 @@ def render_lidar(
     if settings.chunk is not None and settings.chunk < 1:
         raise ValueError(f"settings.chunk must be a positive int or None, got {settings.chunk}")
     lid = lidar.to(dtype) if lidar.dtype != dtype else lidar  # (a batch made in the Gaussians' dtype skips this)
-    gaussians = (means.contiguous(), quats.contiguous(), scales.contiguous(), opacities.contiguous(),
+    gaussians = (means.contiguous(), aligned16(quats.contiguous()), scales.contiguous(), opacities.contiguous(),
                  intensities.contiguous())
     # the projection first, ahead of the autograd node: the device starts on it while the host sets the node
     # up (a call's first launch waits on all its host time before it)

@@ -36,6 +36,13 @@ def to_wp(t: torch.Tensor, dtype=None) -> wp.array:
     return wp.from_torch(t, dtype=dtype, requires_grad=False)
 
 
+def aligned16(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (contiguous), copied when it does not start on a 16-byte boundary, for kernels that move
+    its rows 16 bytes at a time (``warp_kernels.wide_io``). torch's allocators align every new
+    tensor, so only a view into the middle of one is ever copied (autograd passes through the copy)."""
+    return x if x.data_ptr() % 16 == 0 else x.clone()
+
+
 def _tensor_descriptor(t: torch.Tensor, declared, ndim: int, label: str) -> _array_t:
     """The kernel-argument descriptor of contiguous tensor ``t`` as an ``ndim``-d array of
     ``declared`` (a scalar or vector type: a vector folds the tensor's last dim).

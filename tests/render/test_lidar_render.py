@@ -177,6 +177,36 @@ def test_second_backward_through_the_same_render():
     torch.testing.assert_close(plain.range_sum, out.range_sum.detach(), atol=0, rtol=0)
 
 
+def test_misaligned_quaternions_are_copied_for_the_16_byte_loads(monkeypatch):
+    """The projections read a quaternion and write its gradient 16 bytes at a time on CUDA
+    (``warp_kernels.wide_io``), which faults on a row off a 16-byte boundary. A quaternion view one
+    float into a larger tensor is copied first: every float tensor the kernels get is aligned, the
+    outputs match an aligned render's, and the gradient reaches the view's base."""
+    import nurec_usd.render.lidar as lidar_module
+
+    lidar = make_lidar(torch.float32)
+    means, quats, scales, opacities, intensities = make_gaussians(50, torch.float32)
+    base = torch.cat((torch.zeros(1), quats.reshape(-1))).requires_grad_()
+    view = base[1:].view(-1, 4)
+    assert view.data_ptr() % 16 != 0
+    launched = []
+    real_launch = lidar_module.launch
+
+    def recording_launch(kernel, dim, inputs, outputs=(), **kwargs):
+        launched.extend(x.data_ptr() for x in [*inputs, *outputs]
+                        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel())
+        return real_launch(kernel, dim, inputs, outputs, **kwargs)
+
+    monkeypatch.setattr(lidar_module, "launch", recording_launch)
+    out = render_lidar(means, view, scales, opacities, intensities, lidar)
+    (out.range_sum.sum() + out.hit_prob.sum()).backward()
+    monkeypatch.undo()
+    assert launched and all(ptr % 16 == 0 for ptr in launched)
+    ref = render_lidar(means, quats, scales, opacities, intensities, lidar)
+    torch.testing.assert_close(out.range_sum, ref.range_sum, atol=0, rtol=0)
+    assert base.grad is not None and base.grad[0] == 0 and bool((base.grad[1:] != 0).any())
+
+
 def test_normalised_outputs_backward():
     """range and intensity (the sums over the hit probability, written by the merge kernel) pass
     their gradients to the sums and the hit probability (``lidar_output_grads``)."""
