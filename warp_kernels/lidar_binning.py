@@ -91,7 +91,7 @@ import warp as wp
 from warp_kernels.compositing import ALPHA_MIN
 from warp_kernels.modules import variant_module
 from warp_kernels.warp_lanes import lowest_bit
-from warp_kernels.wide_io import load_row2, load_row8
+from warp_kernels.wide_io import load_row2, load_row4, load_row8, store_row4
 
 # integer bookkeeping only: no adjoints (halves the compile time)
 wp.set_module_options({"enable_backward": False})
@@ -316,7 +316,7 @@ def make_binning_kernels(float_t):
             lo = rec[1] - ext[1]
             hi = rec[1] + ext[1]
             for b in range(first_band(band_f, lo), band_f.shape[0]):
-                bf = band_f[b]
+                bf = load_row4(band_f, b)
                 if bf[0] > hi:
                     break  # bands ascend in elevation
                 k0, k1 = column_span(rec[0], ext[0], bf[2], bf[3], columns)
@@ -358,7 +358,7 @@ def make_binning_kernels(float_t):
         lo = rec[1] - ext[1]
         hi = rec[1] + ext[1]
         for b in range(first_band(band_f, lo), band_f.shape[0]):
-            bf = band_f[b]
+            bf = load_row4(band_f, b)
             if bf[0] > hi:
                 break
             bi = band_i[b]
@@ -412,7 +412,7 @@ def make_binning_kernels(float_t):
         masks: wp.array(dtype=wp.int32),  # [M * WARPS] out: bit l of word k * WARPS + w = lane l of warp w may see entry k
         ranges: wp.array2d(dtype=wp.int32),  # [T, 2] out, zeroed by count_tiles: [start, end) of each tile
         overflow: wp.array(dtype=wp.bool),  # [1] out: more intersections wanted than the capacity
-        zeroed: wp.array(dtype=float_t),  # [Z] out: zeroed (the backward's gradient buffer; may be empty)
+        zeroed: wp.array(dtype=vec4),  # [Z] out: zeroed (the backward's gradient buffer; may be empty)
     ):
         k = wp.tid()
         n = wp.min(total[0], capacity)
@@ -420,9 +420,10 @@ def make_binning_kernels(float_t):
             overflow[0] = total[0] > capacity
         # The backward's buffer is zeroed here rather than by a fill of its own (a launch less): at 5M Gaussians
         # on an H200 the stores cost this pass 33-35 us against the fill's 35-37 (22 against 34 before the
-        # pass walked tile rows; benchmarks/RESULTS.md, raster-lidar, twenty-third and twenty-fourth).
+        # pass walked tile rows; benchmarks/RESULTS.md, raster-lidar, twenty-third and twenty-fourth), and
+        # 16-byte stores instead of 4-byte ones took the pass from 264 to 250 us (twenty-fifth).
         for z in range(k, zeroed.shape[0], capacity):
-            zeroed[z] = float_t(0.0)
+            store_row4(zeroed, z, vec4())
         if k >= n:
             return
         # the entry's reads ahead of tile_bounds' writes (which the compiler may not move them past)

@@ -463,7 +463,8 @@ def bin_lidar(
     Also useful alone for work statistics (``tile_work``) without rasterizing. ``projected``:
     the projection's (splats, extents) when already queued (``project_lidar_splats``).
     ``grad_buffer``: a tensor of the Gaussians' dtype (``render_lidar``'s backward buffer for the
-    records' gradients) that the ray-mask pass zeroes on its way.
+    records' gradients) that the ray-mask pass zeroes on its way, 16 bytes at a time (a multiple of
+    four elements, 16-byte aligned).
     """
     dtype, device = means.dtype, means.device
     k = _kernels(dtype)
@@ -512,7 +513,7 @@ def bin_lidar(
                               float(1 << rb) / lidar.max_range, capacity], [keys, ids, total], device=wdev)
     wp.utils.radix_sort_pairs(warp_view(keys), warp_view(ids), capacity, end_bit=31)
     overflow = torch.empty(1, dtype=torch.bool, device=device)
-    zeroed = grad_buffer.view(-1) if grad_buffer is not None else torch.empty(0, dtype=dtype, device=device)
+    zeroed = grad_buffer.view(-1, 4) if grad_buffer is not None else torch.empty(0, 4, dtype=dtype, device=device)
     launch(k["masks"], capacity, [keys, ids, total, capacity, rb, splats, extents, tiles.tile_band,
                                    tiles.band_i, tiles.slot_f, W], [masks.view(-1), ranges, overflow, zeroed],
            device=wdev)
