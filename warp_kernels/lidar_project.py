@@ -47,10 +47,11 @@ bounding box in (alpha, elev) out to where its alpha falls to ALPHA_MIN; (0, 0) 
 Both kernels move the records, the extents, the quaternions and their gradients 16 or 8 bytes
 at a time (``warp_kernels.wide_io``; Warp would move them a float at a time): at 5M Gaussians on
 an H200 the projection took 168 us instead of 180, and its backward 273-276 instead of 285-288;
-with products by constants where the forward divided by them, the projection took 161-162 us
-(benchmarks/RESULTS.md, raster-lidar, twenty-fifth). Under ncu the forward issues 0.87
-instructions per scheduler cycle (bound by its instructions); the backward 0.61, waiting on its
-loads at 22% occupancy (118 registers).
+with products by constants where the forward divided by them, the projection took 161-162 us,
+and compiled with fast_math (approximate division, square root, logarithm, sine and cosine) 135
+(benchmarks/RESULTS.md, raster-lidar, twenty-fifth). Under ncu the IEEE forward issued 0.87
+instructions per scheduler cycle (bound by its instructions); the backward issues 0.61, waiting on
+its loads at 22% occupancy (118 registers).
 """
 
 import functools
@@ -63,8 +64,12 @@ from warp_kernels.modules import variant_module
 from warp_kernels.pose_funcs import make_pose_funcs, make_pose_rate_func, make_rotation_funcs
 from warp_kernels.wide_io import load_row2, load_row4, load_row8, store_row2, store_row4, store_row8
 
-# the backward is hand-written (below): no generated adjoints to compile
-wp.set_module_options({"enable_backward": False})
+# The backward is hand-written (below): no generated adjoints to compile. fast_math for the float32
+# kernels (the float64 ones, for gradcheck, keep IEEE arithmetic): at 5M Gaussians on an H200 the
+# forward took 135 us instead of 161 (1008 instructions in its cubin instead of 2008, no stack frame),
+# with the twin check's differences unchanged (benchmarks/RESULTS.md, raster-lidar, twenty-fifth). The
+# slerp's sines are then approximate: ``pose_at`` normalises the quaternion it interpolates.
+wp.set_module_options({"enable_backward": False, "fast_math": True})
 
 BEAM_EPS = 0.3  # beam footprint variance, in units of the squared beam spacing of each axis
 ELEVATION_MARGIN = 0.1  # rad beyond the channel elevations where the Jacobian's elevation is clamped
@@ -72,7 +77,7 @@ ELEVATION_LIMIT = 1.45  # rad: the clamp never goes closer than ~7 degrees to th
 NEAR_SIGMAS = 3.0  # cull a Gaussian whose mean is closer to the sensor than this many of its largest sigma
 
 TWO_PI = 2.0 * math.pi
-# products by these where the kernels divided by constants (an IEEE division is some eight instructions)
+# products by these where the kernels divided by constants (one instruction where a division takes several)
 INV_TWO_PI = 1.0 / TWO_PI
 INV_ALPHA_MIN = 1.0 / ALPHA_MIN
 
@@ -127,7 +132,8 @@ def make_jacobian_angles(float_t):
 
 def make_projection_kernel(float_t):
     """The lidar projection kernel for one float type (float32 for speed, float64 for gradcheck)."""
-    module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
+    # float64 kernels compile apart (warp_kernels.modules), without fast_math
+    module = variant_module(__name__, float_t, fast_math=False)
     vec2 = wp.types.vector(2, float_t)
     vec3 = wp.types.vector(3, float_t)
     vec4 = wp.types.vector(4, float_t)
@@ -245,8 +251,8 @@ def make_projection_backward_kernel(float_t):
     # float32 with fast_math (approximate division, square root, sine and cosine): on an H200 the
     # kernel at 5M Gaussians took 0.36 ms instead of 0.63 (122 registers, no stack; the twin checks
     # unchanged; 118 registers and 0.35 ms with ``jacobian_angles``, fifteenth). The
-    # forward projection was slower with it (0.34 against 0.29 ms) and keeps IEEE arithmetic
-    # (benchmarks/RESULTS.md, raster-lidar, thirteenth). Reading all of a Gaussian's inputs before
+    # forward projection, then slower with it (0.34 against 0.29 ms, thirteenth), has it too since the
+    # twenty-fifth round (the module's options, above). Reading all of a Gaussian's inputs before
     # the culling test (one wait for memory instead of two: ncu sampled its warps waiting on loads
     # 38% of the time) took the backward from 0.34 to 0.29 ms at 5M Gaussians, and the forward,
     # likewise, from 0.19 to 0.18 ms (benchmarks/RESULTS.md, raster-lidar, twentieth).

@@ -29,7 +29,9 @@ def make_pose_funcs(float_t):
         if d < float_t(0.9999995):
             ang = wp.acos(wp.clamp(d, float_t(-1.0), float_t(1.0)))
             s = wp.sin(ang)
-            q = q0 * (wp.sin((float_t(1.0) - a) * ang) / s) + q1 * (wp.sin(a * ang) / s)
+            # normalised: under fast_math (the lidar projection) the sines of small angles carry relative
+            # errors of ~1e-4 (an absolute 2^-21), which would scale the rotation by as much
+            q = wp.normalize(q0 * (wp.sin((float_t(1.0) - a) * ang) / s) + q1 * (wp.sin(a * ang) / s))
         else:  # nearly equal: normalised lerp avoids 0/0
             q = wp.normalize(q0 * (float_t(1.0) - a) + q1 * a)
         return wp.quat_to_matrix(q), t0 * (float_t(1.0) - a) + t1 * a
