@@ -50,8 +50,8 @@ an H200 the projection took 168 us instead of 180, and its backward 273-276 inst
 with products by constants where the forward divided by them, the projection took 161-162 us,
 and compiled with fast_math (approximate division, square root, logarithm, sine and cosine) 135
 (benchmarks/RESULTS.md, raster-lidar, twenty-fifth). Under ncu the IEEE forward issued 0.87
-instructions per scheduler cycle (bound by its instructions); the backward issues 0.61, waiting on
-its loads at 22% occupancy (118 registers).
+instructions per scheduler cycle (bound by its instructions), and the backward 0.61, waiting on its
+loads at 22% occupancy (118 registers; now bounded, see BACKWARD_MIN_BLOCKS).
 """
 
 import functools
@@ -75,6 +75,14 @@ BEAM_EPS = 0.3  # beam footprint variance, in units of the squared beam spacing 
 ELEVATION_MARGIN = 0.1  # rad beyond the channel elevations where the Jacobian's elevation is clamped
 ELEVATION_LIMIT = 1.45  # rad: the clamp never goes closer than ~7 degrees to the poles
 NEAR_SIGMAS = 3.0  # cull a Gaussian whose mean is closer to the sensor than this many of its largest sigma
+# The float32 backward's launch: blocks of 128 threads, at least 5 of them per SM (20 warps). Unbounded it
+# takes 103 registers, 16 warps per SM, and waits on its loads (ncu: 0.61 instructions issued per
+# scheduler cycle at 22% occupancy); bounded, 96 registers and a 40-byte stack frame. At 5M Gaussians on
+# an H200 it took 228-229 us against 267-268 (benchmarks/RESULTS.md, raster-lidar, twenty-fifth). Both
+# kernels run without Warp's grid-stride loop (one thread per Gaussian, as launched): the loop's 64-bit
+# indices took 15 registers in the backward (118) and 8 in the forward (56).
+BACKWARD_BLOCK = 128
+BACKWARD_MIN_BLOCKS = 5
 
 TWO_PI = 2.0 * math.pi
 # products by these where the kernels divided by constants (one instruction where a division takes several)
@@ -150,7 +158,7 @@ def make_projection_kernel(float_t):
         store_row8(splats, i, vec8())
         store_row2(extents, i, vec2(float_t(0.0), float_t(0.0)))
 
-    @wp.kernel(module=module)
+    @wp.kernel(module=module, grid_stride=False)
     def project_lidar(
         means: wp.array(dtype=vec3),  # [N] world
         quats: wp.array(dtype=vec4),  # [N] (w, x, y, z), any norm
@@ -280,7 +288,8 @@ def make_projection_backward_kernel(float_t):
         inv = g / (p[0] * p[0] + p[1] * p[1])
         return vec3(-p[1] * inv, p[0] * inv, zero)
 
-    @wp.kernel(module=module)
+    @wp.kernel(module=module, grid_stride=False,
+               launch_bounds=(BACKWARD_BLOCK, BACKWARD_MIN_BLOCKS) if float_t == wp.float32 else None)
     def project_lidar_backward(
         means: wp.array(dtype=vec3),  # [N] the forward's inputs, as there
         quats: wp.array(dtype=vec4),  # [N]

@@ -642,7 +642,8 @@ class _RenderLidar(torch.autograd.Function):
                    [means, quats, scales, lidar.rot_start, lidar.trans_start, lidar.rot_end,
                     lidar.trans_end, float(lidar.sign), float(lidar.start_azimuth), float(lo), float(hi),
                     float(lidar.eps[0]), float(lidar.eps[1]), extents, g_splats],
-                   [g_means, g_quats, g_scales, g_opacities, g_intensities], device=wdev)
+                   [g_means, g_quats, g_scales, g_opacities, g_intensities], device=wdev,
+                   block_dim=kproj.BACKWARD_BLOCK)
         return g_means, g_quats, g_scales, g_opacities, g_intensities, None, None, None, None
 
 

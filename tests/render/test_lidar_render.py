@@ -786,6 +786,10 @@ def test_cuda_code_generation(python_module, module_name, tmp_path):
         raise
     cubins = [p for p in paths if p.suffix == ".cubin" and "sm90" in p.name]
     assert cubins and all(p.stat().st_size > 0 for p in cubins)
+    if module_name == "lidar_project_backward":
+        # the launch bound holds the float32 projection backward to BACKWARD_MIN_BLOCKS blocks per SM
+        r = cubin_resources(cubins[0])[module.project_lidar_backward_f32.get_mangled_name() + "_cuda_kernel_forward"]
+        assert r["REGCOUNT"] <= 65536 // (module.BACKWARD_BLOCK * module.BACKWARD_MIN_BLOCKS), r
     if module_name == "lidar_raster" and "NUREC_LIDAR_MIN_BLOCKS" not in os.environ:
         # the register budgets hold without a spill, under the default launch bounds
         # (warp_kernels.lidar_raster): 56 registers for the forward's two passes (36 warps per SM), 64
