@@ -95,6 +95,10 @@ from warp_kernels.wide_io import load_row2, load_row4, load_row8, store_row4
 
 # integer bookkeeping only: no adjoints (halves the compile time)
 wp.set_module_options({"enable_backward": False})
+# The kernels run without Warp's grid-stride loop (``grid_stride=False``: one thread per item, as
+# launched). At 5M Gaussians on an H200 the loop's 64-bit index arithmetic cost ray_masks 251 us
+# against 238, emit_keys 111 against 106 and count_tiles 66-67 against 65 (benchmarks/RESULTS.md,
+# raster-lidar, twenty-fifth).
 
 # Rays per tile = threads of a rasterizer work item (lidar_raster.SPLIT blocks). 128: a block of 4
 # warps walks a list of its own rays' Gaussians. With tiles of 256 rays, two such blocks per item
@@ -293,7 +297,7 @@ def make_binning_kernels(float_t):
                 b_hi = mid
         return b_lo
 
-    @wp.kernel(module=module)
+    @wp.kernel(module=module, grid_stride=False)
     def count_tiles(
         splats: wp.array(dtype=vec8),  # [N]
         extents: wp.array(dtype=vec2),  # [N] (0, 0) = culled
@@ -324,7 +328,7 @@ def make_binning_kernels(float_t):
                 count += n1 + n2
         counts[i] = count
 
-    @wp.kernel(module=module)
+    @wp.kernel(module=module, grid_stride=False)
     def emit_keys(
         splats: wp.array(dtype=vec8),  # [N]
         extents: wp.array(dtype=vec2),  # [N]
@@ -396,7 +400,7 @@ def make_binning_kernels(float_t):
             j_hi = wp.min(j_end - 1, int(wp.floor((dc - lo) * per_step + jc + float_t(COL_MARGIN))))
         return j_lo, j_hi
 
-    @wp.kernel(module=masks_module)
+    @wp.kernel(module=masks_module, grid_stride=False)
     def ray_masks(
         keys: wp.array(dtype=wp.int32),  # [M] sorted
         ids: wp.array(dtype=wp.int32),  # [M] sorted Gaussian indices
@@ -519,7 +523,7 @@ def length_bucket(length: int, L: int):
     return int((wp.int64(ORDER_BUCKETS) * wp.int64(length) - wp.int64(1)) / wp.int64(L))
 
 
-@wp.kernel
+@wp.kernel(grid_stride=False)
 def count_items(
     ranges: wp.array2d(dtype=wp.int32),  # [T, 2]
     total: wp.array(dtype=wp.int32),  # [1]
@@ -553,7 +557,7 @@ def count_items(
         counts[last, t] = counts[last, t] + 1
 
 
-@wp.kernel
+@wp.kernel(grid_stride=False)
 def emit_items(
     ranges: wp.array2d(dtype=wp.int32),  # [T, 2]
     chunk: wp.array(dtype=wp.int32),  # [1]
