@@ -2,7 +2,7 @@
 
     python benchmarks/raster_lidar.py [--device cuda:0] [--sizes 1000000,5000000] [--reps 30]
                                       [--registers] [--profile] [--min-blocks N] [--block-warps 4] [--tile-rays 128]
-                                      [--accumulate-grads]
+                                      [--accumulate-grads] [--stream 100]
     python benchmarks/raster_lidar.py --device cpu --small        # smoke run, seconds
 
 First a correctness check on the device against the pure-torch twin (a small lidar and a few
@@ -22,7 +22,10 @@ so no host synchronisation inside a render), of
   leaves' gradients set to None before each backward, as ``Trainer.step`` does; with
   ``--accumulate-grads`` added into the previous ones instead, five Gaussian-sized adds);
 
-as times and rays per second (C x W rays per sweep), and the work balance in Gaussian-ray
+as times and rays per second (C x W rays per sweep). Each of those calls is timed from an
+idle GPU (``benchmarks.timing.median_ms``), so it includes the device's wait for the call's first
+kernel; ``--stream N`` also times N forward + backward calls queued back to back, per call (the
+throughput of a stream of renders, as in training). Then the work balance in Gaussian-ray
 evaluations: the busiest tile against the mean tile (what the tiling alone leaves), and the
 busiest rasterizer work item (a chunk of a tile's list) against the mean tile.
 ``--registers`` compiles the lidar modules for the device's architecture into a folder
@@ -43,7 +46,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from benchmarks.timing import host_ms, median_ms  # noqa: E402
+from benchmarks.timing import host_ms, median_ms, stream_ms  # noqa: E402
 
 # imported in main(), after --min-blocks, --block-warps and --tile-rays have set the kernels' budget and blocks
 LidarRenderSettings = bin_lidar = render_lidar = tile_work = render_lidar_reference = None
@@ -182,6 +185,9 @@ def main() -> None:
                     help="CUDA warps per block of the raster kernels (default: the renderer's, 4)")
     ap.add_argument("--tile-rays", type=int, default=None, choices=(64, 128, 256),
                     help="rays per tile (default: the renderer's, 128: a list per 4-warp block)")
+    ap.add_argument("--stream", type=int, default=0,
+                    help="also time this many forward + backward calls queued back to back, per call "
+                         "(the throughput of a stream of renders; median of three rounds; 0: skip)")
     args = ap.parse_args()
     if args.min_blocks is not None:
         os.environ["NUREC_LIDAR_MIN_BLOCKS"] = str(args.min_blocks)
@@ -245,6 +251,9 @@ def main() -> None:
         row["host_fwd"], row["host_fb"] = host_ms(fwd, device, args.reps), host_ms(fwd_bwd, device, args.reps)
         row["fwd_rays"] = rays / (row["fwd"] * 1e-3)
         row["fb_rays"] = rays / (row["fb"] * 1e-3)
+        if args.stream > 0:
+            row["fb_stream"] = stream_ms(fwd_bwd, device, args.stream)
+            row["fb_stream_rays"] = rays / (row["fb_stream"] * 1e-3)
         rows.append(row)
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
         if args.profile:
@@ -275,6 +284,13 @@ def main() -> None:
               f"{r['fwd']:.2f} ms | {r['fwd_rays'] / 1e6:.1f} M | {r['fb']:.2f} ms | {r['fb_rays'] / 1e6:.1f} M | "
               f"{r['host_fwd']:.2f} / {r['host_fb']:.2f} ms | "
               f"{r['tile_ratio']:.1f}x | {r['item_ratio']:.2f}x | {100 * r['hit']:.0f}% |")
+    if args.stream > 0:
+        print(f"\nforward + backward, {args.stream} calls queued back to back (no synchronisation between them; "
+              "per call, median of three rounds):")
+        print("| Gaussians | fwd+bwd per call | fwd+bwd rays/s |")
+        print("|---|---|---|")
+        for r in rows:
+            print(f"| {r['n']:,} | {r['fb_stream']:.2f} ms | {r['fb_stream_rays'] / 1e6:.1f} M |")
     print("\ntargets: forward+backward >= 100 M rays/s; no work item above 4x the mean tile's work "
           "(Gaussian-ray evaluations: list length x rays).")
 
