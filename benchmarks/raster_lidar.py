@@ -72,22 +72,28 @@ PARAM_NAMES = ("means", "quats", "scales", "opacities", "intensities")
 
 
 def _twin_scenes(device: torch.device, n: int, dtype: torch.dtype):
-    """(name, lidar, Gaussians) of the twin check: a street of n Gaussians, and opaque shells (the
+    """(name, lidar, Gaussians, motion) of the twin check: a street of n Gaussians, opaque shells (the
     tests' saturated scene: most rays stop on T_MIN, where the kernels' warps walk to their furthest
-    ray and each lane must leave out the entries behind its own stop)."""
-    yield "street", street_lidar(16, 256, dtype=dtype, device=device), \
-        [p.to(device) for p in street_scene(n, seed=1, dtype=dtype, half_length=15.0)]
-    yield "shells", make_lidar(dtype).to(device=device), [p.to(device) for p in opaque_shells(dtype)]
+    ray and each lane must leave out the entries behind its own stop), and the street with a third of
+    its Gaussians moving up to 1.5 m during the sweep (actors seen when their column fires)."""
+    street = [p.to(device) for p in street_scene(n, seed=1, dtype=dtype, half_length=15.0)]
+    yield "street", street_lidar(16, 256, dtype=dtype, device=device), street, None
+    yield "shells", make_lidar(dtype).to(device=device), [p.to(device) for p in opaque_shells(dtype)], None
+    g = torch.Generator().manual_seed(3)
+    motion = (torch.rand(n, 3, generator=g, dtype=torch.float64) * 2 - 1) * 1.5
+    motion[torch.rand(n, generator=g) < 2 / 3] = 0
+    yield "moving", street_lidar(16, 256, dtype=dtype, device=device), street, motion.to(device=device, dtype=dtype)
 
 
 def check_against_twin(device: torch.device, n: int) -> bool:
     """Forward and backward of the kernels against the twin, on ``device``; prints the errors."""
     ok = True
     for dtype, tol_fwd, tol_grad in ((torch.float32, 2e-4, 1e-3), (torch.float64, 1e-9, 1e-9)):
-        for scene, lidar, params, chunk in [(*s, c) for s in _twin_scenes(device, n, dtype) for c in (None, 16)]:
+        for scene, lidar, params, motion, chunk in [(*s, c) for s in _twin_scenes(device, n, dtype)
+                                                    for c in (None, 16)]:
             leaves = [p.clone().requires_grad_(True) for p in params]
-            out = render_lidar(*leaves, lidar, settings=LidarRenderSettings(chunk=chunk))
-            ref = render_lidar_reference(*leaves, lidar)
+            out = render_lidar(*leaves, lidar, settings=LidarRenderSettings(chunk=chunk), motion=motion)
+            ref = render_lidar_reference(*leaves, lidar, motion=motion)
             g = torch.Generator(device=device).manual_seed(0)
             # the sums, the hit probability and the median, and the expected range and intensity
             # (the merge's divisions and their gradients, lidar_output_grads)

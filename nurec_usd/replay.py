@@ -9,7 +9,8 @@ the stage's attributes; the project's Warp renderers then draw them.
 Times are seconds since the capture start (the stage's time code divided by
 ``timeCodesPerSecond``). A camera frame at time t starts its readout at t (rolling shutter:
 each line at its own pose); a lidar sweep at t fires column 0 at t and turns once. Actors are
-placed at the middle of the readout or sweep, as in training.
+placed at the middle of the readout; a sweep sees them where they are when each column fires
+(their motion over the sweep from USD's poses at its start and end), as in training.
 """
 
 from __future__ import annotations
@@ -389,6 +390,9 @@ class Replay:
             raise ReplayError(f"{self.root}: {name!r} is a camera, not a lidar")
         self.check_time(t_s)
         t_mid = t_s + lid.period_s / 2
+        placed = self.place(t_mid)
+        # actors seen where they are when their column fires (as in training): their motion over the sweep
+        motion = None if self._actor_splats is None else self.place(t_s + lid.period_s).means - self.place(t_s).means
         return self._renderer.lidar(self.lidar_batch(lid, t_s),
                                     torch.tensor(t_mid, dtype=torch.float32, device=self.device),
-                                    placed=self.place(t_mid))
+                                    placed=placed, motion=motion)

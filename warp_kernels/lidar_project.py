@@ -24,11 +24,13 @@ Rolling shutter: column k fires at fraction ``a = k / W`` of the sweep, and the 
 ``T_lidar_world`` moves from the sweep start (a = 0) to its end (a = 1) (slerp + lerp).
 Each Gaussian is projected with the pose at its own firing time, found by one
 fixed-point step: project with the mid-sweep pose, read the azimuth, hence the column
-fraction a, then project again with the pose at a. Moving actors must be placed by the
-caller (``nurec_usd.render.interpolate``) for the sweep: the kernel sees one position per
-Gaussian, so an actor's own motion within a sweep is approximated by its pose at the time
-the caller chose (the sweep's mid time is the natural choice: error at most half a sweep
-of the actor's motion, at the columns furthest from the middle).
+fraction a, then project again with the pose at a. Moving actors' Gaussians are placed at
+their own firing time too: the caller places every Gaussian for the sweep's middle
+(``nurec_usd.render.interpolate``) and may pass its ``motion`` over the sweep (its position at
+the sweep's end minus at its start; an empty array: none moves). The Gaussian is then at
+``mean + (a - 1/2) motion`` when its column fires: a straight line through the sweep, which
+follows an actor that turns within the sweep (a tenth of a second) to first order and keeps its
+Gaussians' orientation at the middle. The motion gets no gradient (it comes from the actors' poses).
 
 Two guards keep the angle-space linearisation sane: the Jacobian's elevation is clamped
 to the channel elevations plus a margin (the azimuth's derivative grows as 1/cos(elev)
@@ -165,6 +167,7 @@ def make_projection_kernel(float_t):
         scales: wp.array(dtype=vec3),  # [N] linear standard deviations
         opacities: wp.array(dtype=float_t),  # [N] in [0, 1]
         intensities: wp.array(dtype=float_t),  # [N] per-Gaussian return intensity
+        motion: wp.array(dtype=vec3),  # [N] world, position at the sweep's end minus at its start; or empty
         rot_start: wp.array(dtype=vec4),  # [1] T_lidar_world rotation (w, x, y, z) at the sweep start
         trans_start: wp.array(dtype=vec3),  # [1]
         rot_end: wp.array(dtype=vec4),  # [1] ... at the sweep end, same hemisphere as rot_start
@@ -190,16 +193,20 @@ def make_projection_kernel(float_t):
         op = opacities[i]
         qv = load_row4(quats, i)
         intensity = intensities[i]
+        dm = vec3()
+        if motion.shape[0] > 0:
+            dm = motion[i]
         q0 = to_quat(rot_start[0])
         q1 = to_quat(rot_end[0])
         t0 = trans_start[0]
         t1 = trans_end[0]
 
-        # The pose at the Gaussian's own firing time: one fixed-point step from mid-sweep.
+        # The pose, and the Gaussian's place, at its own firing time: one fixed-point step from
+        # mid-sweep, where the Gaussian is at its mean.
         R, t = pose_at(q0, t0, q1, t1, float_t(0.5))
         a, _moves = firing_fraction(R * mean + t, sign, start_azimuth)
         R, t = pose_at(q0, t0, q1, t1, a)
-        p = R * mean + t
+        p = R * (mean + (a - float_t(0.5)) * dm) + t
 
         rho2 = p[0] * p[0] + p[1] * p[1]
         r = wp.sqrt(rho2 + p[2] * p[2])
@@ -252,9 +259,9 @@ def make_projection_backward_kernel(float_t):
     as a symmetric matrix), cov2 = (J R) M M^T (J R)^T with M = Rg diag(s); J through the
     azimuth, the clamped elevation and 1/r; the angles and the range through p = R m + t. The
     rolling shutter makes (R, t) the pose at the firing fraction a, itself a function of the
-    mean (the azimuth of p0 = R(1/2) m + t(1/2)): dL/da = <dL/dR, dR/da> + <dL/dt, t1 - t0>,
-    passed on to m through p0. Culled Gaussians (zero extents) get zero gradients, as their records
-    are zero.
+    mean (the azimuth of p0 = R(1/2) m + t(1/2)), and so does the Gaussian's place m + (a - 1/2) v
+    (v: its motion): dL/da = <dL/dR, dR/da> + <dL/dp, t1 - t0 + R v>, passed on to m through p0.
+    Culled Gaussians (zero extents) get zero gradients, as their records are zero.
     """
     # float32 with fast_math (approximate division, square root, sine and cosine): on an H200 the
     # kernel at 5M Gaussians took 0.36 ms instead of 0.63 (122 registers, no stack; the twin checks
@@ -294,6 +301,7 @@ def make_projection_backward_kernel(float_t):
         means: wp.array(dtype=vec3),  # [N] the forward's inputs, as there
         quats: wp.array(dtype=vec4),  # [N]
         scales: wp.array(dtype=vec3),  # [N]
+        motion: wp.array(dtype=vec3),  # [N] or empty
         rot_start: wp.array(dtype=vec4),  # [1]
         trans_start: wp.array(dtype=vec3),  # [1]
         rot_end: wp.array(dtype=vec4),  # [1]
@@ -330,6 +338,9 @@ def make_projection_backward_kernel(float_t):
             return
         g_opacities[i] = g[6]
         g_intensities[i] = g[7]
+        dm = vec3()
+        if motion.shape[0] > 0:
+            dm = motion[i]
         q0 = to_quat(rot_start[0])
         q1 = to_quat(rot_end[0])
         t0 = trans_start[0]
@@ -340,7 +351,8 @@ def make_projection_backward_kernel(float_t):
         a, a_moves = firing_fraction(p0, sign, start_azimuth)
         qa, dqa = pose_rate(q0, q1, a)
         R = rotation_wxyz(qa)
-        p = R * mean + t0 * (one - a) + t1 * a
+        placed = mean + (a - float_t(0.5)) * dm  # where the Gaussian is when its column fires
+        p = R * placed + t0 * (one - a) + t1 * a
         rho2 = p[0] * p[0] + p[1] * p[1]
         rho = wp.sqrt(rho2)
         r = wp.sqrt(rho2 + p[2] * p[2])
@@ -395,9 +407,9 @@ def make_projection_backward_kernel(float_t):
         g_p = p * (g_r * ir) + azimuth_grad(p, g_phi) + vec3(-p[2] * p[0] / rho, -p[2] * p[1] / rho, rho) * (g_elev * ir2)
         gm = wp.transpose(R) * g_p
         if a_moves != 0:
-            # through the firing fraction: p = R(a) m + t(a), a = sweep azimuth of p0 / 2 pi
-            g_R += wp.outer(g_p, mean)
-            g_a = wp.dot(rotation_wxyz_vjp(qa, g_R), dqa) + wp.dot(g_p, t1 - t0)
+            # through the firing fraction: p = R(a) (m + (a - 1/2) v) + t(a), a = sweep azimuth of p0 / 2 pi
+            g_R += wp.outer(g_p, placed)
+            g_a = wp.dot(rotation_wxyz_vjp(qa, g_R), dqa) + wp.dot(g_p, t1 - t0 + R * dm)
             gm += wp.transpose(Rm) * azimuth_grad(p0, sign * g_a / two_pi)
         g_means[i] = gm
 

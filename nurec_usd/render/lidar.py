@@ -14,8 +14,9 @@ own channel order. Ray (c, k) looks along azimuth ``start + s (2 pi k / W) + off
 and elevation ``elevation[c]`` in the lidar frame (x forward, y left, z up; azimuth from
 +x toward +y; s = +1 counterclockwise, -1 clockwise) and fires at fraction ``k / W`` of
 the sweep, when the lidar's pose is interpolated between ``T_lidar_world`` at the sweep's
-start and end. Gaussians of moving actors are placed by the caller for the sweep (see
-``nurec_usd.render.interpolate``; the sweep's mid time is the natural choice).
+start and end. The caller places the Gaussians for the sweep's middle (see
+``nurec_usd.render.interpolate``); with ``motion`` (each Gaussian's position at the sweep's end
+minus at its start) a moving actor's Gaussian is also seen where it is when its column fires.
 """
 
 from __future__ import annotations
@@ -407,21 +408,23 @@ def _kernels(dtype: torch.dtype) -> dict:
 
 
 def project_lidar_splats(means: torch.Tensor, quats: torch.Tensor, scales: torch.Tensor, opacities: torch.Tensor,
-                        intensities: torch.Tensor, lidar: LidarBatch) -> tuple[torch.Tensor, torch.Tensor]:
+                        intensities: torch.Tensor, lidar: LidarBatch,
+                        motion: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Queue the projection (``warp_kernels.lidar_project.project_lidar``): splats [N, 8] and extents [N, 2]."""
     n = means.shape[0]
     quats = aligned16(quats)  # read 16 bytes at a time
     splats = torch.empty(n, 8, dtype=means.dtype, device=means.device)  # the projection writes every entry
     extents = torch.empty(n, 2, dtype=means.dtype, device=means.device)
-    launch(_kernels(means.dtype)["project"], n, _project_args(means, quats, scales, opacities, intensities, lidar),
-           [splats, extents], device=warp_device(means.device))
+    launch(_kernels(means.dtype)["project"], n,
+           _project_args(means, quats, scales, opacities, intensities, motion, lidar), [splats, extents],
+           device=warp_device(means.device))
     return splats, extents
 
 
-def _project_args(means, quats, scales, opacities, intensities, lidar: LidarBatch) -> list:
-    """The projection kernel's inputs (see ``warp_kernels.lidar_project.project_lidar``)."""
+def _project_args(means, quats, scales, opacities, intensities, motion, lidar: LidarBatch) -> list:
+    """The projection kernel's inputs (see ``warp_kernels.lidar_project.project_lidar``; motion None: none)."""
     lo, hi = lidar.elevation_clamp
-    return [means, quats, scales, opacities, intensities, lidar.rot_start, lidar.trans_start, lidar.rot_end,
+    return [means, quats, scales, opacities, intensities, motion, lidar.rot_start, lidar.trans_start, lidar.rot_end,
             lidar.trans_end, float(lidar.sign), float(lidar.start_azimuth), float(lidar.min_range),
             float(lidar.max_range), float(lo), float(hi), float(lidar.elevation_range[0]),
             float(lidar.elevation_range[1]), float(lidar.eps[0]), float(lidar.eps[1])]
@@ -457,6 +460,7 @@ def bin_lidar(
     settings: LidarRenderSettings,
     projected: tuple[torch.Tensor, torch.Tensor] | None = None,
     grad_buffer: torch.Tensor | None = None,
+    motion: torch.Tensor | None = None,  # [N, 3] world, over the sweep (see render_lidar)
 ) -> LidarBins:
     """The first half of ``render_lidar`` (no gradient): projection, binning, sort, work items.
 
@@ -476,7 +480,7 @@ def bin_lidar(
     rb = lidar.range_bits
 
     if projected is None:
-        projected = project_lidar_splats(means, quats, scales, opacities, intensities, lidar)
+        projected = project_lidar_splats(means, quats, scales, opacities, intensities, lidar, motion)
     splats, extents = projected
     wdev = warp_device(device)
     counts = torch.empty(n, dtype=torch.int32, device=device)
@@ -561,7 +565,7 @@ def tile_work(lidar: LidarBatch, tile_ranges: torch.Tensor,  # [T, 2] int32
 class _RenderLidar(torch.autograd.Function):
     @staticmethod
     def forward(ctx, means, quats, scales, opacities, intensities, lidar: LidarBatch, settings: LidarRenderSettings,
-                splats: torch.Tensor, extents: torch.Tensor):
+                splats: torch.Tensor, extents: torch.Tensor, motion: torch.Tensor | None):
         dtype, device = means.dtype, means.device
         k = _kernels(dtype)
         C, W = lidar.channels, lidar.columns
@@ -601,6 +605,7 @@ class _RenderLidar(torch.autograd.Function):
                               bins.order, items, num_items, tile_items, part_T, part_range, part_int, part_last,
                               median_id, T_final, range_sum, int_sum)
         ctx.lidar, ctx.channel_f, ctx.min_hit = lidar, channel_f, float(settings.min_hit)
+        ctx.motion = motion  # no gradient (render_lidar detaches it): kept on ctx, not saved
         ctx.mark_non_differentiable(total, overflow, ranges, items, num_items)
         # Outputs without a gradient arrive as None, not as zeros: autograd would otherwise fill
         # one tensor per output.
@@ -639,12 +644,12 @@ class _RenderLidar(torch.autograd.Function):
         if n:  # the projection's hand-written backward, fed the records' gradients
             lo, hi = lidar.elevation_clamp
             launch(k["project_bwd"], n,
-                   [means, quats, scales, lidar.rot_start, lidar.trans_start, lidar.rot_end,
+                   [means, quats, scales, ctx.motion, lidar.rot_start, lidar.trans_start, lidar.rot_end,
                     lidar.trans_end, float(lidar.sign), float(lidar.start_azimuth), float(lo), float(hi),
                     float(lidar.eps[0]), float(lidar.eps[1]), extents, g_splats],
                    [g_means, g_quats, g_scales, g_opacities, g_intensities], device=wdev,
                    block_dim=kproj.BACKWARD_BLOCK)
-        return g_means, g_quats, g_scales, g_opacities, g_intensities, None, None, None, None
+        return g_means, g_quats, g_scales, g_opacities, g_intensities, None, None, None, None, None
 
 
 _apply_render_lidar = direct_apply(_RenderLidar)
@@ -658,8 +663,14 @@ def render_lidar(
     intensities: torch.Tensor,  # [N] return intensity of each Gaussian (any activation is the caller's)
     lidar: LidarBatch,
     settings: LidarRenderSettings | None = None,
+    motion: torch.Tensor | None = None,  # [N, 3] world: each Gaussian's position at the sweep's end minus at its start
 ) -> LidarRender:
     """Render one lidar sweep; differentiable in every Gaussian parameter.
+
+    The Gaussians are placed for the sweep's middle. With ``motion`` (moving actors' Gaussians;
+    zeros for the static ones) each Gaussian is seen at ``mean + (a - 1/2) motion`` when its
+    column fires at sweep fraction ``a``: a straight line through the sweep. The motion gets
+    no gradient. Without it every Gaussian stays where it is placed.
 
     With ``settings.capacity`` set there is no host synchronisation: check ``overflow``
     (on the device) when convenient; an overflowing render drops the intersections past
@@ -676,6 +687,12 @@ def render_lidar(
             raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
         if t.dtype != dtype or t.device != device:
             raise ValueError(f"{name} must be {dtype} on {device} like means, got {t.dtype} on {t.device}")
+    if motion is not None:
+        if tuple(motion.shape) != (n, 3):
+            raise ValueError(f"motion must have shape {(n, 3)}, got {tuple(motion.shape)}")
+        if motion.dtype != dtype or motion.device != device:
+            raise ValueError(f"motion must be {dtype} on {device} like means, got {motion.dtype} on {motion.device}")
+        motion = motion.detach().contiguous()
     if lidar.device != device:
         raise ValueError(f"lidar is on {lidar.device} but the Gaussians are on {device}: use lidar.to(device=...)")
     if settings.capacity is not None and settings.capacity < 1:
@@ -687,9 +704,9 @@ def render_lidar(
                  intensities.contiguous())
     # the projection first, ahead of the autograd node: the device starts on it while the host sets the node
     # up (a call's first launch waits on all its host time before it)
-    splats, extents = project_lidar_splats(*gaussians, lid)
+    splats, extents = project_lidar_splats(*gaussians, lid, motion)
     (range_sum, int_sum, hit, median, range_, intensity, total, overflow, ranges, items,
-     num_items) = _apply_render_lidar(*gaussians, lid, settings, splats, extents)
+     num_items) = _apply_render_lidar(*gaussians, lid, settings, splats, extents, motion)
     return LidarRender(range=range_, hit_prob=hit, intensity=intensity, median_range=median,
                        range_sum=range_sum, intensity_sum=int_sum, angles=splats[:, :2], extents=extents,
                        intersections=total, overflow=overflow, tile_ranges=ranges, work_items=items,

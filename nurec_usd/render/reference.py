@@ -406,9 +406,11 @@ def project_lidar_reference(means: torch.Tensor,  # [N, 3]
                             opacities: torch.Tensor,  # [N]
                             intensities: torch.Tensor,  # [N]
                             lidar,  # nurec_usd.render.lidar.LidarBatch
+                            motion: torch.Tensor | None = None,  # [N, 3] over the sweep (end - start); no gradient
                             ) -> tuple[torch.Tensor, torch.Tensor]:
     """Twin of ``project_lidar``: splats [N, 8] (alpha, elev, conic a, b, c, range, opacity,
-    intensity) and extents [N, 2], both zero where culled."""
+    intensity) and extents [N, 2], both zero where culled. ``means`` are placed for the sweep's
+    middle; with ``motion`` a Gaussian is at ``mean + (a - 1/2) motion`` when its column fires."""
     from torch.func import jacrev, vmap
 
     from nurec_usd.sensors.lidar import SpinningLidarModel
@@ -423,7 +425,8 @@ def project_lidar_reference(means: torch.Tensor,  # [N, 3]
     moved = p0[:, 0] ** 2 + p0[:, 1] ** 2 > 1e-20
     a = torch.where(moved, (_sweep_azimuth(p0, sign, start) / (2 * math.pi)).clamp(max=1.0), torch.full_like(p0[:, 0], 0.5))
     Rs, ts = _lidar_pose(lidar, a)
-    p = torch.einsum("nij,nj->ni", Rs, means) + ts
+    placed = means if motion is None else means + (a - 0.5)[:, None] * motion.detach()
+    p = torch.einsum("nij,nj->ni", Rs, placed) + ts
     _, elev, rng = SpinningLidarModel.spherical(p)
     alpha = _sweep_azimuth(p, sign, start)
     rho2 = p[:, 0] ** 2 + p[:, 1] ** 2
@@ -524,11 +527,12 @@ def rasterize_lidar_reference(splats: torch.Tensor,  # [N, 8]
     return range_sum.reshape(shape), int_sum.reshape(shape), (1 - t_final).reshape(shape), median.reshape(shape)
 
 
-def render_lidar_reference(means, quats, scales, opacities, intensities, lidar, min_hit: float = 1e-3) -> dict:
+def render_lidar_reference(means, quats, scales, opacities, intensities, lidar, min_hit: float = 1e-3,
+                           motion: torch.Tensor | None = None) -> dict:
     """Twin of ``nurec_usd.render.lidar.render_lidar``: a dict with its per-ray fields and
     ``splats``/``extents`` (range, hit_prob, intensity, median_range, range_sum, intensity_sum)."""
     lid = lidar.to(means.dtype)
-    splats, extents = project_lidar_reference(means, quats, scales, opacities, intensities, lid)
+    splats, extents = project_lidar_reference(means, quats, scales, opacities, intensities, lid, motion)
     range_sum, int_sum, hit, median = rasterize_lidar_reference(splats, extents, lid)
     seen = hit > min_hit
     denom = torch.where(seen, hit, torch.ones_like(hit))

@@ -107,11 +107,32 @@ class SceneRenderer:
             image = image * view.lens[..., None].to(image.dtype)
         return SceneCameraRender(image, raw)
 
-    def lidar(self, batch: LidarBatch, t: torch.Tensor,  # t: [] seconds: actors are placed then
-              settings: LidarRenderSettings | None = None, placed: PlacedGaussians | None = None) -> LidarRender:
-        """Render one lidar sweep (``batch`` carries the lidar's poses over the sweep)."""
+    def lidar(self, batch: LidarBatch, t: torch.Tensor,  # t: [] seconds, the sweep's middle: actors are placed then
+              settings: LidarRenderSettings | None = None, placed: PlacedGaussians | None = None,
+              motion: torch.Tensor | None = None) -> LidarRender:
+        """Render one lidar sweep (``batch`` carries the lidar's poses over the sweep).
+
+        Actors' Gaussians are seen where they are when their column fires: ``motion`` (each
+        Gaussian's position at the sweep's end minus at its start, see ``render_lidar``)
+        defaults to the scene's own (``sweep_motion``), so ``placed`` must then be this scene's
+        Gaussians.
+        """
         g = placed if placed is not None else self.place(t)
-        return render_lidar(g.means, g.quats, g.scales, g.opacities, g.intensities, batch, settings)
+        if motion is None:
+            motion = self.sweep_motion(t, 1.0 / batch.scan_rate_hz)
+        return render_lidar(g.means, g.quats, g.scales, g.opacities, g.intensities, batch, settings, motion=motion)
+
+    def sweep_motion(self, t: torch.Tensor, period_s: float) -> torch.Tensor | None:  # t: [] seconds
+        """Each Gaussian's position at ``t + period_s / 2`` minus at ``t - period_s / 2`` (no
+        gradient), ``[N, 3]``; None for a scene without actors (nothing moves)."""
+        s = self.scene
+        if not s.tracks or s.actors.means.shape[0] == 0:
+            return None
+        with torch.no_grad():
+            ends = [interpolate_gaussians(t + dt, s.static.means, s.static.quats, s.actors.means, s.actors.quats,
+                                          s.actor_index, self.keys, s.pose_corrections)[0]
+                    for dt in (-0.5 * period_s, 0.5 * period_s)]
+        return ends[1] - ends[0]
 
 
 def sky_colors(sky: torch.Tensor,  # [3, H, W] pre-sigmoid equirectangular map

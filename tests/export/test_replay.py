@@ -92,6 +92,27 @@ def test_lidar_replay_equals_the_model(replay, model):
             assert float(psnr(a.clamp(0, 1), b.clamp(0, 1))) >= REPLAY_PSNR_DB, (ref.sweep, name)
 
 
+@torch.no_grad()
+def test_a_sweep_sees_actors_where_they_are_when_their_column_fires(model):
+    """The scene renderer gives render_lidar each Gaussian's motion over the sweep: the actors' move
+    (from their tracks at the sweep's start and end), the background's is zero."""
+    renderer, data = model
+    scene = renderer.scene
+    ref = data.sweeps[len(data.sweeps) // 2]
+    batch, t = data.lidar_batch(ref)
+    period = 1.0 / batch.scan_rate_hz
+    motion = renderer.sweep_motion(t, period)
+    n_static = len(scene.static)
+    assert motion.shape == (n_static + len(scene.actors), 3)
+    assert float(motion[:n_static].abs().max()) == 0.0
+    want = renderer.place(t + period / 2).means - renderer.place(t - period / 2).means
+    torch.testing.assert_close(motion, want)
+    assert float(motion[n_static:].norm(dim=-1).max()) > 0.05, "the sample's actors move during a sweep"
+    moving = renderer.lidar(batch, t)
+    frozen = renderer.lidar(batch, t, motion=torch.zeros_like(motion))
+    assert float((moving.range_sum - frozen.range_sum).abs().max()) > 0.01
+
+
 def test_the_build_checked_its_own_export(tiny_run):
     import json
 

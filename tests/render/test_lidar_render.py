@@ -159,6 +159,53 @@ def test_backward_matches_twin(dtype, rtol, chunk):
     _assert_grads_close(grads, grads_ref, rtol)
 
 
+def _motion(n: int, dtype, seed: int = 7, metres: float = 1.0) -> torch.Tensor:
+    """Per-Gaussian motion over a sweep: every direction, up to ``metres``, a quarter standing still."""
+    g = torch.Generator().manual_seed(seed)
+    motion = (torch.rand(n, 3, generator=g) * 2 - 1) * metres
+    motion[torch.rand(n, generator=g) < 0.25] = 0
+    return motion.to(dtype)
+
+
+@pytest.mark.parametrize("dtype, rtol", [(torch.float32, 1e-4), (torch.float64, 1e-10)])
+def test_moving_gaussians_match_twin(dtype, rtol):
+    """Gaussians that move during the sweep (actors) against the twin, forward and backward, on the
+    moving, turning lidar: each is seen at mean + (a - 1/2) motion when its column fires."""
+    lidar = make_lidar(dtype)
+    params = [p.requires_grad_(True) for p in make_gaussians(300, dtype)]
+    motion = _motion(300, dtype)
+    out = render_lidar(*params, lidar, motion=motion)
+    ref = render_lidar_reference(*params, lidar, motion=motion)
+    still = render_lidar(*params, lidar)
+    assert torch.equal(out.extents[:, 0] > 0, ref["extents"][:, 0] > 0)
+    moved = float((out.range_sum - still.range_sum).detach().abs().max())
+    assert moved > 0.5, f"the motion must change the render (max range_sum change {moved:.3f})"
+    if dtype == torch.float64:
+        _compare(out, ref, atol_range=1e-9, atol_prob=1e-9, rtol=0)
+    else:
+        _compare(out, ref, atol_range=2e-4, atol_prob=2e-5, rtol=1e-5)
+    g = torch.Generator().manual_seed(1)
+    weights = [torch.randn(C, W, generator=g).to(dtype) for _ in FIELDS]
+    grads = torch.autograd.grad(_weighted_loss(out, weights), params)
+    grads_ref = torch.autograd.grad(_weighted_loss(ref, weights), params)
+    _assert_grads_close(grads, grads_ref, rtol)
+
+
+def test_motion_is_checked_and_gets_no_gradient():
+    lidar = make_lidar()
+    params = make_gaussians(50, torch.float32)
+    with pytest.raises(ValueError, match="motion must have shape"):
+        render_lidar(*params, lidar, motion=torch.zeros(49, 3))
+    with pytest.raises(ValueError, match="motion must be torch.float32"):
+        render_lidar(*params, lidar, motion=torch.zeros(50, 3, dtype=torch.float64))
+    motion = _motion(50, torch.float32).requires_grad_(True)
+    out = render_lidar(*[p.requires_grad_(True) for p in params], lidar, motion=motion)
+    out.range_sum.sum().backward()
+    assert motion.grad is None and params[0].grad is not None
+    zero = render_lidar(*params, lidar, motion=torch.zeros(50, 3))
+    torch.testing.assert_close(zero.range_sum, render_lidar(*params, lidar).range_sum, atol=0, rtol=0)
+
+
 def test_second_backward_through_the_same_render():
     """The forward zeroes the backward's gradient buffer (in the binning); a second backward through
     the same graph (retain_graph) must start from zeros too, not from the first one's sums."""
@@ -233,6 +280,24 @@ def test_gradcheck_float64():
 
     inputs = [p.clone().requires_grad_(True) for p in params]
     assert render_lidar(*params, lidar).hit_prob.gt(0.05).float().mean() > 0.1
+    assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+def test_gradcheck_float64_moving_gaussians():
+    """As above, with the Gaussians moving during the sweep: the firing fraction moves their place too."""
+    lidar = make_lidar(torch.float64, channels=8, columns=64, band_rows=4)
+    params = make_gaussians(5, torch.float64, seed=3, near=3.0, far=5.0, size=0.6)
+    motion = _motion(5, torch.float64, seed=8, metres=0.8)
+    motion[0] = torch.tensor([0.6, -0.5, 0.1], dtype=torch.float64)  # every Gaussian moves
+    g = torch.Generator().manual_seed(2)
+    weights = [torch.randn(8, 64, generator=g, dtype=torch.float64) for _ in range(len(FIELDS) + 2)]
+
+    def f(means, quats, scales, opacities, intensities):
+        out = render_lidar(means, quats, scales, opacities, intensities, lidar, motion=motion)
+        return tuple((getattr(out, name) * w).sum() for name, w in zip(FIELDS + ("range", "intensity"), weights))
+
+    inputs = [p.clone().requires_grad_(True) for p in params]
+    assert render_lidar(*params, lidar, motion=motion).hit_prob.gt(0.05).float().mean() > 0.1
     assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
 
 
@@ -370,6 +435,41 @@ def test_rolling_shutter_moving_lidar_sees_static_walls_where_they_are():
     assert float(err_naive.abs().median()) > 0.3, "a single-pose render must be off by roughly the motion"
     med = (out.median_range.double() - truth)[ok]
     assert float(med.abs().median()) < 0.04
+
+
+def test_rolling_shutter_still_lidar_sees_a_moving_room_where_it_is():
+    """A standing lidar inside a room that moves 2 m along x during the sweep (an actor: its
+    Gaussians placed for the sweep's middle, with their motion). Each ray must report the distance
+    to the walls where they were when its column fired, as well as for a room standing still;
+    without the motion the render is wrong by up to half the motion."""
+    channels, columns = 8, 256
+    el = torch.linspace(-8, 8, channels)
+    step = 2 * math.pi / columns
+    eps = (0.02 * step ** 2, 0.02 * math.radians(16 / 7) ** 2)
+    eye = torch.eye(4, dtype=torch.float64)
+    lidar = LidarBatch.create(el, columns=columns, rotation="counterclockwise", scan_rate_hz=10.0, min_range_m=0.5,
+                              max_range_m=50.0, T_lidar_world_start=eye, T_lidar_world_end=eye,
+                              start_azimuth_deg=-90.0, beam_eps=eps).to(torch.float32)
+    params = _room(0.08, height=1.7, dtype=torch.float32)
+    motion = torch.tensor([2.0, 0.0, 0.0]).expand(len(params[0]), 3)  # the room: x = -1 at the start, +1 at the end
+    out = render_lidar(*params, lidar, motion=motion)
+    naive = render_lidar(*params, lidar)  # every wall where it is at mid-sweep
+    a = lidar.firing_fractions().double()  # [W]
+    # the lidar in the room's frame: at x = 1 - 2a when column a fires
+    origins = torch.stack((1.0 - 2.0 * a, torch.zeros_like(a), torch.zeros_like(a)), -1)[None].expand(channels, -1, 3)
+    dirs = lidar.ray_directions().double()
+    truth = _room_distance(origins, dirs)
+    truth_still = _room_distance(torch.zeros_like(origins), dirs)
+    ok = (out.hit_prob > 0.9) & (naive.hit_prob > 0.9)
+    assert ok.float().mean() > 0.9
+    err = (out.range.double() - truth)[ok]
+    err_still = (naive.range.double() - truth_still)[ok]  # the room standing still: the rendering's own bias
+    err_naive = (naive.range.double() - truth)[ok]
+    assert float(err.abs().median()) < 0.04, f"median range error {float(err.abs().median()):.3f} m"
+    assert abs(float(err.median()) - float(err_still.median())) < 0.01, "motion must add no error"
+    assert abs(float(err.abs().quantile(0.95)) - float(err_still.abs().quantile(0.95))) < 0.02
+    assert float(err_naive.abs().median()) > 0.2, "a render without the motion must be off by roughly the motion"
+    assert float((out.median_range.double() - truth)[ok].abs().median()) < 0.04
 
 
 def test_with_poses_is_a_new_sweep_of_the_same_lidar():
