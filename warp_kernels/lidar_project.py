@@ -250,8 +250,9 @@ def make_projection_kernel(float_t):
     return project_lidar
 
 
-def make_projection_backward_kernel(float_t):
-    """Hand-written backward of ``project_lidar`` (one float type).
+def make_projection_backward_kernel(float_t, moving: bool = False):
+    """Hand-written backward of ``project_lidar`` (one float type; ``moving``: for Gaussians with a
+    motion, compiled apart so that the static kernel keeps its registers).
 
     One thread per Gaussian replays the forward and writes its gradients (not accumulated);
     Warp's generated adjoint of the projection took 171 registers and a stack. Backwards from
@@ -271,7 +272,11 @@ def make_projection_backward_kernel(float_t):
     # the culling test (one wait for memory instead of two: ncu sampled its warps waiting on loads
     # 38% of the time) took the backward from 0.34 to 0.29 ms at 5M Gaussians, and the forward,
     # likewise, from 0.19 to 0.18 ms (benchmarks/RESULTS.md, raster-lidar, twentieth).
-    module = variant_module(__name__, float_t, "backward", fast_math=float_t == wp.float32)
+    # The motion's terms took the bounded float32 kernel's stack frame from 40 to 64 bytes and its time
+    # at 5M Gaussians on an H200 from 231-233 to 244-246 us, motion or not (benchmarks/RESULTS.md,
+    # raster-lidar, twenty-sixth): the kernel for moving Gaussians is a variant of its own.
+    module = variant_module(__name__, float_t, "backward_moving" if moving else "backward",
+                            fast_math=float_t == wp.float32)
     vec2 = wp.types.vector(2, float_t)
     vec3 = wp.types.vector(3, float_t)
     vec4 = wp.types.vector(4, float_t)
@@ -301,7 +306,7 @@ def make_projection_backward_kernel(float_t):
         means: wp.array(dtype=vec3),  # [N] the forward's inputs, as there
         quats: wp.array(dtype=vec4),  # [N]
         scales: wp.array(dtype=vec3),  # [N]
-        motion: wp.array(dtype=vec3),  # [N] or empty
+        motion: wp.array(dtype=vec3),  # [N] (read by the moving variant only)
         rot_start: wp.array(dtype=vec4),  # [1]
         trans_start: wp.array(dtype=vec3),  # [1]
         rot_end: wp.array(dtype=vec4),  # [1]
@@ -338,9 +343,6 @@ def make_projection_backward_kernel(float_t):
             return
         g_opacities[i] = g[6]
         g_intensities[i] = g[7]
-        dm = vec3()
-        if motion.shape[0] > 0:
-            dm = motion[i]
         q0 = to_quat(rot_start[0])
         q1 = to_quat(rot_end[0])
         t0 = trans_start[0]
@@ -351,7 +353,9 @@ def make_projection_backward_kernel(float_t):
         a, a_moves = firing_fraction(p0, sign, start_azimuth)
         qa, dqa = pose_rate(q0, q1, a)
         R = rotation_wxyz(qa)
-        placed = mean + (a - float_t(0.5)) * dm  # where the Gaussian is when its column fires
+        placed = mean  # where the Gaussian is when its column fires
+        if wp.static(moving):
+            placed = mean + (a - float_t(0.5)) * motion[i]
         p = R * placed + t0 * (one - a) + t1 * a
         rho2 = p[0] * p[0] + p[1] * p[1]
         rho = wp.sqrt(rho2)
@@ -409,7 +413,10 @@ def make_projection_backward_kernel(float_t):
         if a_moves != 0:
             # through the firing fraction: p = R(a) (m + (a - 1/2) v) + t(a), a = sweep azimuth of p0 / 2 pi
             g_R += wp.outer(g_p, placed)
-            g_a = wp.dot(rotation_wxyz_vjp(qa, g_R), dqa) + wp.dot(g_p, t1 - t0 + R * dm)
+            dp_da = t1 - t0
+            if wp.static(moving):
+                dp_da += R * motion[i]
+            g_a = wp.dot(rotation_wxyz_vjp(qa, g_R), dqa) + wp.dot(g_p, dp_da)
             gm += wp.transpose(Rm) * azimuth_grad(p0, sign * g_a / two_pi)
         g_means[i] = gm
 
@@ -420,3 +427,5 @@ project_lidar_f32 = make_projection_kernel(wp.float32)
 project_lidar_f64 = make_projection_kernel(wp.float64)
 project_lidar_backward_f32 = make_projection_backward_kernel(wp.float32)
 project_lidar_backward_f64 = make_projection_backward_kernel(wp.float64)
+project_lidar_backward_moving_f32 = make_projection_backward_kernel(wp.float32, moving=True)
+project_lidar_backward_moving_f64 = make_projection_backward_kernel(wp.float64, moving=True)

@@ -400,6 +400,7 @@ def _kernels(dtype: torch.dtype) -> dict:
     else:
         raise ValueError(f"Gaussians must be float32 or float64, got {dtype}")
     return {"project": getattr(kproj, f"project_lidar_{s}"), "project_bwd": getattr(kproj, f"project_lidar_backward_{s}"),
+            "project_bwd_moving": getattr(kproj, f"project_lidar_backward_moving_{s}"),
             "count": getattr(kbin, f"count_tiles_{s}"),
             "emit": getattr(kbin, f"emit_keys_{s}"), "masks": getattr(kbin, f"ray_masks_{s}"),
             "fwd": getattr(kraster, f"lidar_forward_{s}"),
@@ -643,7 +644,7 @@ class _RenderLidar(torch.autograd.Function):
                [g_splats.view(-1)], device=wdev, block_dim=kraster.BLOCK_RAYS, tiled=True)
         if n:  # the projection's hand-written backward, fed the records' gradients
             lo, hi = lidar.elevation_clamp
-            launch(k["project_bwd"], n,
+            launch(k["project_bwd" if ctx.motion is None else "project_bwd_moving"], n,
                    [means, quats, scales, ctx.motion, lidar.rot_start, lidar.trans_start, lidar.rot_end,
                     lidar.trans_end, float(lidar.sign), float(lidar.start_azimuth), float(lo), float(hi),
                     float(lidar.eps[0]), float(lidar.eps[1]), extents, g_splats],

@@ -866,7 +866,8 @@ def cubin_resources(path: Path) -> dict[str, dict[str, int]]:
     ("lidar_project", "lidar_project"), ("lidar_project", "lidar_project_backward"), ("lidar_binning", "lidar_binning"),
     ("lidar_binning", "lidar_binning_masks"), ("lidar_raster", "lidar_raster"), ("lidar_project", "lidar_project_f64"),
     ("lidar_project", "lidar_project_backward_f64"), ("lidar_binning", "lidar_binning_f64"),
-    ("lidar_binning", "lidar_binning_masks_f64"), ("lidar_raster", "lidar_raster_f64")])
+    ("lidar_binning", "lidar_binning_masks_f64"), ("lidar_raster", "lidar_raster_f64"),
+    ("lidar_project", "lidar_project_backward_moving"), ("lidar_project", "lidar_project_backward_moving_f64")])
 def test_cuda_code_generation(python_module, module_name, tmp_path):
     import importlib
 
@@ -886,9 +887,11 @@ def test_cuda_code_generation(python_module, module_name, tmp_path):
         raise
     cubins = [p for p in paths if p.suffix == ".cubin" and "sm90" in p.name]
     assert cubins and all(p.stat().st_size > 0 for p in cubins)
-    if module_name == "lidar_project_backward":
-        # the launch bound holds the float32 projection backward to BACKWARD_MIN_BLOCKS blocks per SM
-        r = cubin_resources(cubins[0])[module.project_lidar_backward_f32.get_mangled_name() + "_cuda_kernel_forward"]
+    if module_name in ("lidar_project_backward", "lidar_project_backward_moving"):
+        # the launch bound holds the float32 projection backwards to BACKWARD_MIN_BLOCKS blocks per SM
+        kernel = module.project_lidar_backward_f32 if module_name == "lidar_project_backward" else \
+            module.project_lidar_backward_moving_f32
+        r = cubin_resources(cubins[0])[kernel.get_mangled_name() + "_cuda_kernel_forward"]
         assert r["REGCOUNT"] <= 65536 // (module.BACKWARD_BLOCK * module.BACKWARD_MIN_BLOCKS), r
     if module_name == "lidar_raster" and "NUREC_LIDAR_MIN_BLOCKS" not in os.environ:
         # the register budgets hold without a spill, under the default launch bounds
