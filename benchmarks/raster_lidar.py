@@ -2,7 +2,7 @@
 
     python benchmarks/raster_lidar.py [--device cuda:0] [--sizes 1000000,5000000] [--reps 30]
                                       [--registers] [--profile] [--min-blocks N] [--block-warps 4] [--tile-rays 128]
-                                      [--accumulate-grads] [--stream N]
+                                      [--accumulate-grads] [--stream N] [--moving 0.2]
     python benchmarks/raster_lidar.py --device cpu --small        # smoke run, seconds
 
 First a correctness check on the device against the pure-torch twin (a small lidar and a few
@@ -30,7 +30,9 @@ queues a call while the device runs the one before. The forward + backward targe
 rays/s) is read on that stream, the throughput of training's renders; the per-call figure,
 which adds the host's latency to the first kernel, is printed beside it. Then the work balance in Gaussian-ray
 evaluations: the busiest tile against the mean tile (what the tiling alone leaves), and the
-busiest rasterizer work item (a chunk of a tile's list) against the mean tile.
+busiest rasterizer work item (a chunk of a tile's list) against the mean tile. ``--moving F``
+gives a fraction F of the Gaussians a motion over the sweep (up to 1.5 m, as actors have; the
+projection then places each where it is when its column fires).
 ``--registers`` compiles the lidar modules for the device's architecture into a folder
 (``$OUT`` when set) and prints each kernel's registers and stack frame from the cubins
 (the same figures as ``cuobjdump --dump-resource-usage`` on them).
@@ -141,6 +143,7 @@ def print_registers(device: torch.device, folder: Path) -> None:
     # modules of their own, warp_kernels.modules) and the Python modules that define their kernels
     for name_of_module, module in (("warp_kernels.lidar_project", lidar_project),
                                    ("warp_kernels.lidar_project_backward", lidar_project),
+                                   ("warp_kernels.lidar_project_backward_moving", lidar_project),
                                    ("warp_kernels.lidar_binning", lidar_binning),
                                    ("warp_kernels.lidar_binning_masks", lidar_binning),
                                    ("warp_kernels.lidar_raster", lidar_raster)):
@@ -194,6 +197,9 @@ def main() -> None:
                     help="CUDA warps per block of the raster kernels (default: the renderer's, 4)")
     ap.add_argument("--tile-rays", type=int, default=None, choices=(64, 128, 256),
                     help="rays per tile (default: the renderer's, 128: a list per 4-warp block)")
+    ap.add_argument("--moving", type=float, default=0.0,
+                    help="fraction of the Gaussians given a motion over the sweep (up to 1.5 m, as actors; "
+                         "default 0: a static street)")
     ap.add_argument("--stream", type=int, default=None,
                     help="also time this many forward + backward calls queued back to back, per call "
                          "(the throughput of a stream of renders; median of three rounds; 0: skip; "
@@ -233,27 +239,33 @@ def main() -> None:
         params = [p.to(device) for p in street_scene(n, seed=0)]
         leaves = [p.clone().requires_grad_(True) for p in params]
         rays = lidar.channels * lidar.columns
-        first = render_lidar(*params, lidar)
+        motion = None
+        if args.moving > 0:  # a fraction of the Gaussians moving up to 1.5 m per sweep, as actors do
+            g = torch.Generator().manual_seed(3)
+            motion = (torch.rand(n, 3, generator=g) * 2 - 1) * 1.5
+            motion[torch.rand(n, generator=g) >= args.moving] = 0
+            motion = motion.to(device)
+        first = render_lidar(*params, lidar, motion=motion)
         wanted = int(first.intersections)
         # fixed capacity: no host sync in a render
         settings = LidarRenderSettings(capacity=int(wanted * 1.2) + 1024, chunk=args.chunk)
-        out = render_lidar(*params, lidar, settings=settings)
+        out = render_lidar(*params, lidar, settings=settings, motion=motion)
         assert not bool(out.overflow)
         work = tile_work(lidar, out.tile_ranges, out.work_items, out.num_items)
         visible = int((out.extents[:, 0] > 0).sum())
         hit = float((out.hit_prob > 0.5).float().mean())
 
         def bin_only():
-            return bin_lidar(*params, lidar, settings)
+            return bin_lidar(*params, lidar, settings, motion=motion)
 
         def fwd():
-            return render_lidar(*params, lidar, settings=settings)
+            return render_lidar(*params, lidar, settings=settings, motion=motion)
 
         def fwd_bwd():
             if not args.accumulate_grads:
                 for p in leaves:  # as training does (zero_grad(set_to_none=True)): no add into older gradients
                     p.grad = None
-            o = render_lidar(*leaves, lidar, settings=settings)
+            o = render_lidar(*leaves, lidar, settings=settings, motion=motion)
             (o.range_sum.sum() + o.hit_prob.sum() + o.intensity_sum.sum() + o.median_range.sum()).backward()
             return o
 
@@ -284,6 +296,7 @@ def main() -> None:
     print()
     print(f"raster-lidar on {name}, torch {torch.__version__}, {args.channels} channels x {args.columns} columns "
           f"({args.channels * args.columns:,} rays), bands {band_rows}, tiles of {TILE_RAYS} rays, "
+          + (f"{100 * args.moving:.0f}% of the Gaussians moving, " if args.moving > 0 else "") +
           f"blocks of {BLOCK_WARPS} warps, launch bounds {LAUNCH_BOUNDS_WALK_F32} (forward) and "
           f"{LAUNCH_BOUNDS_BACKWARD_F32} (backward), median of {args.reps}"
           + ("" if check_ok is None else f"; correctness vs twin {'PASSED' if check_ok else 'FAILED'}"))
