@@ -390,6 +390,41 @@ def _room_distance(origins: torch.Tensor, dirs: torch.Tensor, half: float = 8.0)
     return t
 
 
+def _room_lidar(T_start: torch.Tensor, T_end: torch.Tensor) -> LidarBatch:
+    """The rolling-shutter tests' lidar (float32): 8 channels x 256 columns at 10 Hz, with a narrow
+    beam footprint (a small rendering bias)."""
+    channels, columns = 8, 256
+    step = 2 * math.pi / columns
+    eps = (0.02 * step ** 2, 0.02 * math.radians(16 / 7) ** 2)
+    return LidarBatch.create(torch.linspace(-8, 8, channels), columns=columns, rotation="counterclockwise",
+                             scan_rate_hz=10.0, min_range_m=0.5, max_range_m=50.0, T_lidar_world_start=T_start,
+                             T_lidar_world_end=T_end, start_azimuth_deg=-90.0, beam_eps=eps).to(torch.float32)
+
+
+def _assert_ranges_at_firing_times(lidar: LidarBatch, out, still, lidar_x: torch.Tensor,  # [W] metres
+                                   naive_min: float) -> None:
+    """``out`` must report the distances to the room's walls from x = lidar_x[k] (in the room's
+    frame) when column k fires, as well as ``still`` (the room and the lidar at its centre, neither
+    moving) reports them from the centre; ``still`` taken for ``out`` must be off by more than
+    ``naive_min`` (median)."""
+    zero = torch.zeros_like(lidar_x)
+    origins = torch.stack((lidar_x, zero, zero), -1)[None].expand(lidar.channels, -1, 3)
+    dirs = lidar.ray_directions().double()
+    truth = _room_distance(origins, dirs)
+    truth_still = _room_distance(torch.zeros_like(origins), dirs)
+    ok = (out.hit_prob > 0.9) & (still.hit_prob > 0.9)
+    assert ok.float().mean() > 0.9
+    err = (out.range.double() - truth)[ok]
+    err_still = (still.range.double() - truth_still)[ok]  # the rendering's own bias
+    err_naive = (still.range.double() - truth)[ok]  # one place and pose for the whole sweep
+    assert float(err.abs().median()) < 0.04, f"median range error {float(err.abs().median()):.3f} m"
+    assert float(err.abs().quantile(0.95)) < 0.1
+    assert abs(float(err.median()) - float(err_still.median())) < 0.01, "motion must add no error"
+    assert abs(float(err.abs().quantile(0.95)) - float(err_still.abs().quantile(0.95))) < 0.02
+    assert float(err_naive.abs().median()) > naive_min, "a render without the motion must be off by about it"
+    assert float((out.median_range.double() - truth)[ok].abs().median()) < 0.04
+
+
 def test_rolling_shutter_moving_lidar_sees_static_walls_where_they_are():
     """The lidar moves 2 m along x during its sweep, inside a room of static walls. Each ray must
     report the distance from where the lidar was when its column fired: as well as a lidar
@@ -401,40 +436,14 @@ def test_rolling_shutter_moving_lidar_sees_static_walls_where_they_are():
     -5 cm at 45 degrees, with a narrow beam footprint). The test bounds that, and requires the
     moving lidar's errors to match the standing lidar's.
     """
-    channels, columns = 8, 256
-    el = torch.linspace(-8, 8, channels)
-    step = 2 * math.pi / columns
-    eps = (0.02 * step ** 2, 0.02 * math.radians(16 / 7) ** 2)  # a narrow footprint: small rendering bias
-    start, end = torch.eye(4, dtype=torch.float64), torch.eye(4, dtype=torch.float64)
+    start, end, mid = (torch.eye(4, dtype=torch.float64) for _ in range(3))
     start[0, 3], end[0, 3] = 1.0, -1.0  # T_lidar_world: the lidar goes from x = -1 to x = +1
-    mid = torch.eye(4, dtype=torch.float64)
     params = _room(0.08, height=1.7, dtype=torch.float32)
-
-    def render(T0, T1):
-        lidar = LidarBatch.create(el, columns=columns, rotation="counterclockwise", scan_rate_hz=10.0,
-                                  min_range_m=0.5, max_range_m=50.0, T_lidar_world_start=T0, T_lidar_world_end=T1,
-                                  start_azimuth_deg=-90.0, beam_eps=eps).to(torch.float32)
-        return lidar, render_lidar(*params, lidar)
-
-    lidar, out = render(start, end)
-    _, still = render(mid, mid)
+    lidar = _room_lidar(start, end)
+    out = render_lidar(*params, lidar)
+    still = render_lidar(*params, _room_lidar(mid, mid))
     a = lidar.firing_fractions().double()  # [W]
-    origins = torch.stack((-1.0 + 2.0 * a, torch.zeros_like(a), torch.zeros_like(a)), -1)[None].expand(channels, -1, 3)
-    dirs = lidar.ray_directions().double()
-    truth = _room_distance(origins, dirs)
-    truth_still = _room_distance(torch.zeros_like(origins), dirs)
-    ok = (out.hit_prob > 0.9) & (still.hit_prob > 0.9)
-    assert ok.float().mean() > 0.9
-    err = (out.range.double() - truth)[ok]
-    err_still = (still.range.double() - truth_still)[ok]
-    err_naive = (still.range.double() - truth)[ok]  # the standing lidar's render taken for the moving one
-    assert float(err.abs().median()) < 0.04, f"median range error {float(err.abs().median()):.3f} m"
-    assert float(err.abs().quantile(0.95)) < 0.1
-    assert abs(float(err.median()) - float(err_still.median())) < 0.01, "motion must add no error"
-    assert abs(float(err.abs().quantile(0.95)) - float(err_still.abs().quantile(0.95))) < 0.02
-    assert float(err_naive.abs().median()) > 0.3, "a single-pose render must be off by roughly the motion"
-    med = (out.median_range.double() - truth)[ok]
-    assert float(med.abs().median()) < 0.04
+    _assert_ranges_at_firing_times(lidar, out, still, -1.0 + 2.0 * a, naive_min=0.3)
 
 
 def test_rolling_shutter_still_lidar_sees_a_moving_room_where_it_is():
@@ -442,34 +451,15 @@ def test_rolling_shutter_still_lidar_sees_a_moving_room_where_it_is():
     Gaussians placed for the sweep's middle, with their motion). Each ray must report the distance
     to the walls where they were when its column fired, as well as for a room standing still;
     without the motion the render is wrong by up to half the motion."""
-    channels, columns = 8, 256
-    el = torch.linspace(-8, 8, channels)
-    step = 2 * math.pi / columns
-    eps = (0.02 * step ** 2, 0.02 * math.radians(16 / 7) ** 2)
     eye = torch.eye(4, dtype=torch.float64)
-    lidar = LidarBatch.create(el, columns=columns, rotation="counterclockwise", scan_rate_hz=10.0, min_range_m=0.5,
-                              max_range_m=50.0, T_lidar_world_start=eye, T_lidar_world_end=eye,
-                              start_azimuth_deg=-90.0, beam_eps=eps).to(torch.float32)
+    lidar = _room_lidar(eye, eye)
     params = _room(0.08, height=1.7, dtype=torch.float32)
     motion = torch.tensor([2.0, 0.0, 0.0]).expand(len(params[0]), 3)  # the room: x = -1 at the start, +1 at the end
     out = render_lidar(*params, lidar, motion=motion)
-    naive = render_lidar(*params, lidar)  # every wall where it is at mid-sweep
+    still = render_lidar(*params, lidar)  # every wall where it is at mid-sweep
     a = lidar.firing_fractions().double()  # [W]
-    # the lidar in the room's frame: at x = 1 - 2a when column a fires
-    origins = torch.stack((1.0 - 2.0 * a, torch.zeros_like(a), torch.zeros_like(a)), -1)[None].expand(channels, -1, 3)
-    dirs = lidar.ray_directions().double()
-    truth = _room_distance(origins, dirs)
-    truth_still = _room_distance(torch.zeros_like(origins), dirs)
-    ok = (out.hit_prob > 0.9) & (naive.hit_prob > 0.9)
-    assert ok.float().mean() > 0.9
-    err = (out.range.double() - truth)[ok]
-    err_still = (naive.range.double() - truth_still)[ok]  # the room standing still: the rendering's own bias
-    err_naive = (naive.range.double() - truth)[ok]
-    assert float(err.abs().median()) < 0.04, f"median range error {float(err.abs().median()):.3f} m"
-    assert abs(float(err.median()) - float(err_still.median())) < 0.01, "motion must add no error"
-    assert abs(float(err.abs().quantile(0.95)) - float(err_still.abs().quantile(0.95))) < 0.02
-    assert float(err_naive.abs().median()) > 0.2, "a render without the motion must be off by roughly the motion"
-    assert float((out.median_range.double() - truth)[ok].abs().median()) < 0.04
+    # in the room's frame the lidar is at x = 1 - 2a when column a fires
+    _assert_ranges_at_firing_times(lidar, out, still, 1.0 - 2.0 * a, naive_min=0.2)
 
 
 def test_with_poses_is_a_new_sweep_of_the_same_lidar():
