@@ -65,9 +65,12 @@ def track_keys(scene: Scene, device: torch.device | str) -> TrackKeys:
 class SceneRenderer:
     """Renders one scene's cameras and lidars at any time (the scene's tensors may be trained in place)."""
 
-    def __init__(self, scene: Scene):
+    def __init__(self, scene: Scene, actor_motion: bool = True):
+        """``actor_motion``: lidar sweeps see actors where they are when each column fires
+        (``sweep_motion``); False places them at the sweep's middle."""
         self.scene = scene
         self.keys = track_keys(scene, scene.device)
+        self.actor_motion = actor_motion
 
     def place(self, t: torch.Tensor) -> PlacedGaussians:  # t: [] seconds, on the scene's device
         """All Gaussians in the world at time t, activated (differentiable)."""
@@ -114,11 +117,11 @@ class SceneRenderer:
 
         Actors' Gaussians are seen where they are when their column fires: ``motion`` (each
         Gaussian's position at the sweep's end minus at its start, see ``render_lidar``)
-        defaults to the scene's own (``sweep_motion``), so ``placed`` must then be this scene's
-        Gaussians.
+        defaults to the scene's own (``sweep_motion``, unless the renderer was made with
+        ``actor_motion=False``), so ``placed`` must then be this scene's Gaussians.
         """
         g = placed if placed is not None else self.place(t)
-        if motion is None:
+        if motion is None and self.actor_motion:
             motion = self.sweep_motion(t, 1.0 / batch.scan_rate_hz)
         return render_lidar(g.means, g.quats, g.scales, g.opacities, g.intensities, batch, settings, motion=motion)
 

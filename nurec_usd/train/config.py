@@ -30,6 +30,10 @@ class TrainConfig:
     lidar_range_weight: float = 1.0
     lidar_hit_weight: float = 0.02
     lidar_intensity_weight: float = 0.01
+    # training's sweeps see actors where they are when each column fires (their motion over the sweep
+    # from their tracks); False: every actor at the sweep's middle, as builds before 2026-12-02 did.
+    # Evaluation and replay always follow the actors.
+    lidar_actor_motion: bool = True
     opacity_reg: float = 0.01
     scale_reg: float = 0.01
     # learning rates

@@ -76,7 +76,7 @@ class Trainer:
             scene.pose_corrections = tuple(torch.nn.Parameter(torch.zeros(k, 3, device=self.device)) for _ in range(2))
             groups.append({"params": list(scene.pose_corrections), "lr": config.lr_track, "name": "tracks"})
         self.optimizer = FusedAdam(groups)
-        self.renderer = SceneRenderer(scene)
+        self.renderer = SceneRenderer(scene, actor_motion=config.lidar_actor_motion)
         self.exact = self.device.type != "cuda"  # on the CPU a host read costs nothing: size buffers exactly
         self.cam_capacity = IntersectionCapacity(initial=1 << 22)
         self.lidar_capacity = IntersectionCapacity(initial=1 << 22)
@@ -209,7 +209,7 @@ class Trainer:
                 if refine_start <= step < refine_stop and step % cfg.refine_interval == 0 and step > 0:
                     before = scene.num_gaussians
                     stats = self._refine(step)
-                    self.renderer = SceneRenderer(scene)
+                    self.renderer = SceneRenderer(scene, actor_motion=cfg.lidar_actor_motion)
                     self._grow_capacities(scene.num_gaussians / max(1, before))
                     history.append({"step": done, "event": "refine", **stats, "gaussians": scene.num_gaussians})
                 at_log = done % cfg.log_interval == 0 or done == cfg.steps

@@ -111,6 +111,9 @@ def test_a_sweep_sees_actors_where_they_are_when_their_column_fires(model):
     moving = renderer.lidar(batch, t)
     frozen = renderer.lidar(batch, t, motion=torch.zeros_like(motion))
     assert float((moving.range_sum - frozen.range_sum).abs().max()) > 0.01
+    # the build option lidar_actor_motion=False: every actor at the sweep's middle
+    middle = SceneRenderer(scene, actor_motion=False).lidar(batch, t)
+    assert torch.equal(middle.range_sum, frozen.range_sum)
 
 
 def test_the_build_checked_its_own_export(tiny_run):

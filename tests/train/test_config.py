@@ -18,6 +18,8 @@ def test_overrides_land_in_train_and_init_with_their_option_types():
     assert cfg.init.voxel_m == 0.2 and cfg.train.refine_tracks is True and math.isnan(cfg.train.lr_means)
     assert cfg.init.max_points == 5000
     assert make_config("fast", steps=None).train.steps == 3000  # None: the preset's value
+    assert make_config("fast").train.lidar_actor_motion is True
+    assert make_config("fast", lidar_actor_motion=False).train.lidar_actor_motion is False
 
 
 @pytest.mark.parametrize("key, value, kind", [
