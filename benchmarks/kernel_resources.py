@@ -9,7 +9,8 @@
 ``run`` builds a scene, renders forward + backward three times (compilation, allocator
 warm-up), then once more between ``cudaProfilerStart`` and ``cudaProfilerStop``, so that ncu
 with ``--profile-from-start off`` profiles each kernel of one call once. ``lidar``: the
-``raster_lidar.py`` street at ``--size`` Gaussians (5M by default), 128 x 2048 rays, its loss;
+``raster_lidar.py`` street at ``--size`` Gaussians (5M by default), 128 x 2048 rays, its loss
+(``raster_lidar.street_call``);
 ``camera``: a row of ``raster_camera.py`` (``--row``, 2 by default: 2.79M Gaussians, one
 1944x1260 view), the sum of the image. ``table`` prints ncu's CSV as a Markdown table: a
 row per kernel launch, in launch order.
@@ -34,24 +35,6 @@ COLUMNS = {"Registers Per Thread": "registers", "Block Size": "block", "Grid Siz
            "Static Shared Memory Per Block": "static smem (B)", "Dynamic Shared Memory Per Block": "dynamic smem (B)",
            "Waves Per SM": "waves", "Theoretical Occupancy": "theoretical occupancy (%)",
            "Achieved Occupancy": "achieved occupancy (%)"}
-
-
-def lidar_call(device: torch.device, size: int):
-    """The raster_lidar.py street and its forward + backward."""
-    from nurec_usd.render.lidar import LidarRenderSettings, render_lidar
-    from render.test_lidar_render import street_lidar, street_scene
-
-    lidar = street_lidar(128, 2048, device=device)
-    params = [p.to(device) for p in street_scene(size, seed=0)]
-    leaves = [p.clone().requires_grad_(True) for p in params]
-    settings = LidarRenderSettings(capacity=int(int(render_lidar(*params, lidar).intersections) * 1.2) + 1024)
-
-    def call():
-        for p in leaves:
-            p.grad = None
-        o = render_lidar(*leaves, lidar, settings=settings)
-        (o.range_sum.sum() + o.hit_prob.sum() + o.intensity_sum.sum() + o.median_range.sum()).backward()
-    return call
 
 
 def camera_call(device: torch.device, data: Path, row: int):
@@ -82,7 +65,9 @@ def run(args: argparse.Namespace) -> None:
     if device.type != "cuda":
         raise SystemExit("kernel_resources.py run profiles CUDA kernels: pass --device cuda:N")
     if args.renderer == "lidar":
-        call = lidar_call(device, args.size)
+        from benchmarks.raster_lidar import street_call
+
+        call = street_call(device, args.size).forward_backward  # raster_lidar.py's street and loss
     else:
         if args.data is None:
             raise SystemExit("kernel_resources.py run camera needs --data PATH/garden/test_garden.npz")

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import nurec_usd.render.lidar as lidar_render  # noqa: E402
-from render.test_lidar_render import street_lidar, street_scene  # noqa: E402
+from benchmarks.raster_lidar import street_call  # noqa: E402
 
 WAYS = ("sync", "poll", "sleep", "busy")
 
@@ -67,12 +67,7 @@ def main() -> None:
     args = ap.parse_args()
     device = torch.device(args.device)
     cuda = device.type == "cuda"
-    lidar = street_lidar(args.channels, args.columns, device=device)
-    params = [p.to(device) for p in street_scene(args.size, seed=0)]
-    leaves = [p.clone().requires_grad_(True) for p in params]
-    first = lidar_render.render_lidar(*params, lidar)
-    settings = lidar_render.LidarRenderSettings(capacity=int(int(first.intersections) * 1.2) + 1024)
-
+    forward_backward = street_call(device, args.size, args.channels, args.columns).forward_backward
     launched: list[float] = []  # host clock when the call's first launch returned
     queue_launch = lidar_render.launch
 
@@ -82,14 +77,6 @@ def main() -> None:
             launched.append(time.perf_counter())
 
     lidar_render.launch = first_launch_stamped  # render_lidar's launches go through this module's name
-
-    def forward_backward():
-        for p in leaves:
-            p.grad = None
-        out = lidar_render.render_lidar(*leaves, lidar, settings=settings)
-        (out.range_sum.sum() + out.hit_prob.sum() + out.intensity_sum.sum() + out.median_range.sum()).backward()
-        return out
-
     for _ in range(5):
         forward_backward()
     if cuda:

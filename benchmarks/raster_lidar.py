@@ -44,7 +44,9 @@ import argparse
 import os
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -71,6 +73,53 @@ FIELDS = ("range_sum", "intensity_sum", "hit_prob", "median_range")
 PARAM_NAMES = ("means", "quats", "scales", "opacities", "intensities")
 
 
+def street_motion(n: int, fraction: float, dtype: torch.dtype = torch.float32, seed: int = 3) -> torch.Tensor:
+    """A motion over the sweep for a ``fraction`` of n Gaussians, up to 1.5 m along each axis (as
+    actors have at 10 Hz), zero for the rest.  Returns: [n, 3] on the CPU"""
+    g = torch.Generator().manual_seed(seed)
+    motion = (torch.rand(n, 3, generator=g, dtype=torch.float64) * 2 - 1) * 1.5
+    motion[torch.rand(n, generator=g) >= fraction] = 0
+    return motion.to(dtype)
+
+
+@dataclass
+class StreetCall:
+    """The benchmark's street at one size and its forward + backward (``street_call``)."""
+
+    lidar: object  # LidarBatch
+    params: list  # the Gaussians (no gradient)
+    leaves: list  # copies of them that take gradients
+    settings: object  # LidarRenderSettings: fixed capacity, 1.2x the intersections of a first render
+    intersections: int  # of that first render
+    motion: torch.Tensor | None
+    forward_backward: Callable[[], object]  # render_lidar on the leaves and the benchmark's loss, backward
+
+
+def street_call(device: torch.device, n: int, channels: int = 128, columns: int = 2048, band_rows="auto",
+                chunk: int | None = None, moving: float = 0.0, accumulate_grads: bool = False) -> StreetCall:
+    """The street of ``n`` Gaussians (``moving``: the fraction given a motion over the sweep) around the
+    benchmark's lidar, in fixed-capacity mode (no host synchronisation inside a render). Its forward +
+    backward sets the leaves' gradients to None first, as training does, unless ``accumulate_grads``."""
+    if render_lidar is None:
+        _import_renderer()
+    lidar = street_lidar(channels, columns, device=device, band_rows=band_rows)
+    params = [p.to(device) for p in street_scene(n, seed=0)]
+    leaves = [p.clone().requires_grad_(True) for p in params]
+    motion = street_motion(n, moving).to(device) if moving > 0 else None
+    wanted = int(render_lidar(*params, lidar, motion=motion).intersections)
+    settings = LidarRenderSettings(capacity=int(wanted * 1.2) + 1024, chunk=chunk)
+
+    def forward_backward():
+        if not accumulate_grads:
+            for p in leaves:  # as training does (zero_grad(set_to_none=True)): no add into older gradients
+                p.grad = None
+        o = render_lidar(*leaves, lidar, settings=settings, motion=motion)
+        (o.range_sum.sum() + o.hit_prob.sum() + o.intensity_sum.sum() + o.median_range.sum()).backward()
+        return o
+
+    return StreetCall(lidar, params, leaves, settings, wanted, motion, forward_backward)
+
+
 
 
 def _twin_scenes(device: torch.device, n: int, dtype: torch.dtype):
@@ -81,10 +130,8 @@ def _twin_scenes(device: torch.device, n: int, dtype: torch.dtype):
     street = [p.to(device) for p in street_scene(n, seed=1, dtype=dtype, half_length=15.0)]
     yield "street", street_lidar(16, 256, dtype=dtype, device=device), street, None
     yield "shells", make_lidar(dtype).to(device=device), [p.to(device) for p in opaque_shells(dtype)], None
-    g = torch.Generator().manual_seed(3)
-    motion = (torch.rand(n, 3, generator=g, dtype=torch.float64) * 2 - 1) * 1.5
-    motion[torch.rand(n, generator=g) < 2 / 3] = 0
-    yield "moving", street_lidar(16, 256, dtype=dtype, device=device), street, motion.to(device=device, dtype=dtype)
+    yield "moving", street_lidar(16, 256, dtype=dtype, device=device), street, \
+        street_motion(n, 1 / 3, dtype).to(device)
 
 
 def check_against_twin(device: torch.device, n: int) -> bool:
@@ -235,20 +282,11 @@ def main() -> None:
 
     rows = []
     for n in [int(s) for s in args.sizes.split(",")]:
-        lidar = street_lidar(args.channels, args.columns, device=device, band_rows=band_rows)
-        params = [p.to(device) for p in street_scene(n, seed=0)]
-        leaves = [p.clone().requires_grad_(True) for p in params]
+        street = street_call(device, n, args.channels, args.columns, band_rows, args.chunk, args.moving,
+                             args.accumulate_grads)
+        lidar, params, settings, motion, wanted = (street.lidar, street.params, street.settings, street.motion,
+                                                   street.intersections)
         rays = lidar.channels * lidar.columns
-        motion = None
-        if args.moving > 0:  # a fraction of the Gaussians moving up to 1.5 m per sweep, as actors do
-            g = torch.Generator().manual_seed(3)
-            motion = (torch.rand(n, 3, generator=g) * 2 - 1) * 1.5
-            motion[torch.rand(n, generator=g) >= args.moving] = 0
-            motion = motion.to(device)
-        first = render_lidar(*params, lidar, motion=motion)
-        wanted = int(first.intersections)
-        # fixed capacity: no host sync in a render
-        settings = LidarRenderSettings(capacity=int(wanted * 1.2) + 1024, chunk=args.chunk)
         out = render_lidar(*params, lidar, settings=settings, motion=motion)
         assert not bool(out.overflow)
         work = tile_work(lidar, out.tile_ranges, out.work_items, out.num_items)
@@ -261,13 +299,7 @@ def main() -> None:
         def fwd():
             return render_lidar(*params, lidar, settings=settings, motion=motion)
 
-        def fwd_bwd():
-            if not args.accumulate_grads:
-                for p in leaves:  # as training does (zero_grad(set_to_none=True)): no add into older gradients
-                    p.grad = None
-            o = render_lidar(*leaves, lidar, settings=settings, motion=motion)
-            (o.range_sum.sum() + o.hit_prob.sum() + o.intensity_sum.sum() + o.median_range.sum()).backward()
-            return o
+        fwd_bwd = street.forward_backward
 
         row = {"n": n, "visible": visible, "isect": wanted, "items": work["items"], "hit": hit,
                "tile_ratio": work["max_tile_ratio"], "item_ratio": work["max_item_ratio"],
@@ -289,7 +321,7 @@ def main() -> None:
                     torch.cuda.synchronize(device)
             print(prof.key_averages().table(sort_by="self_cuda_time_total" if device.type == "cuda"
                                             else "self_cpu_time_total", row_limit=16, max_name_column_width=70))
-        del params, leaves, first, out
+        del street, params, fwd_bwd, out
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
