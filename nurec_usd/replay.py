@@ -302,8 +302,6 @@ class Replay:
         """Every Gaussian in the world at ``t_s``: the background as stored, each actor moved by its
         prim's transform at ``t_s`` and hidden where USD says it is invisible. (The tensors may be
         the replay's own: do not modify them in place.)"""
-        from pxr import UsdGeom
-
         parts = []
         if self.background is not None:
             T = self.world_pose(self.background.path, t_s)
@@ -313,12 +311,7 @@ class Replay:
             else:
                 parts.append(self._moved(self.background, T[None], torch.ones(1, dtype=torch.float64), None))
         if self._actor_splats is not None:
-            code = self._code(t_s)
-            T = torch.stack([self.world_pose(path, t_s) for path in self.actor_paths])  # [A, 4, 4] host
-            visible = torch.tensor([float(UsdGeom.Imageable(self.stage.GetPrimAtPath(path)).ComputeVisibility(code)
-                                          != UsdGeom.Tokens.invisible) for path in self.actor_paths],
-                                   dtype=torch.float64)  # [A]
-            parts.append(self._moved(self._actor_splats, T, visible, self._actor_of))
+            parts.append(self._moved(self._actor_splats, *self._actor_transforms(t_s), self._actor_of))
         if not parts:
             z = lambda *shape: torch.zeros(*shape, device=self.device)  # noqa: E731
             return PlacedGaussians(z(0, 3), z(0, 4), z(0, 3), z(0), z(0, SH_COEFFS, 3), z(0))
@@ -326,6 +319,38 @@ class Replay:
             return parts[0]
         cat = lambda field: torch.cat([getattr(p, field) for p in parts])  # noqa: E731
         return PlacedGaussians(*(cat(f.name) for f in dataclasses.fields(PlacedGaussians)))
+
+    def _actor_transforms(self, t_s: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each actor prim's world transform ``[A, 4, 4]`` and visibility ``[A]`` (0 or 1) at ``t_s``,
+        float64 on the host."""
+        from pxr import UsdGeom
+
+        code = self._code(t_s)
+        T = torch.stack([self.world_pose(path, t_s) for path in self.actor_paths])
+        visible = torch.tensor([float(UsdGeom.Imageable(self.stage.GetPrimAtPath(path)).ComputeVisibility(code)
+                                      != UsdGeom.Tokens.invisible) for path in self.actor_paths], dtype=torch.float64)
+        return T, visible
+
+    def sweep_motion(self, t0_s: float, t1_s: float) -> torch.Tensor | None:
+        """Each Gaussian's position at ``t1_s`` minus at ``t0_s``, in ``place``'s order (``[N, 3]``;
+        the actors' from their prims' transforms, the background's zero unless its prim moves);
+        None when nothing moves. Only the positions are computed, not whole placements."""
+        parts, moves = [], False
+        if self.background is not None:
+            T0, T1 = self.world_pose(self.background.path, t0_s), self.world_pose(self.background.path, t1_s)
+            if torch.equal(T0, T1):
+                parts.append(torch.zeros_like(self.background.means))
+            else:
+                one = torch.ones(1, dtype=torch.float64)
+                parts.append(self._moved(self.background, T1[None], one, None).means
+                             - self._moved(self.background, T0[None], one, None).means)
+                moves = True
+        if self._actor_splats is not None:
+            ends = [self._moved(self._actor_splats, *self._actor_transforms(t), self._actor_of).means
+                    for t in (t0_s, t1_s)]
+            parts.append(ends[1] - ends[0])
+            moves = True
+        return torch.cat(parts) if moves else None
 
     def _moved(self, s: _Splats, T: torch.Tensor,  # [A, 4, 4] float64, on the host
                visible: torch.Tensor,  # [A] 0 or 1, on the host
@@ -390,9 +415,7 @@ class Replay:
             raise ReplayError(f"{self.root}: {name!r} is a camera, not a lidar")
         self.check_time(t_s)
         t_mid = t_s + lid.period_s / 2
-        placed = self.place(t_mid)
         # actors seen where they are when their column fires (as in training): their motion over the sweep
-        motion = None if self._actor_splats is None else self.place(t_s + lid.period_s).means - self.place(t_s).means
         return self._renderer.lidar(self.lidar_batch(lid, t_s),
                                     torch.tensor(t_mid, dtype=torch.float32, device=self.device),
-                                    placed=placed, motion=motion)
+                                    placed=self.place(t_mid), motion=self.sweep_motion(t_s, t_s + lid.period_s))

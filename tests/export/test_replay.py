@@ -93,9 +93,10 @@ def test_lidar_replay_equals_the_model(replay, model):
 
 
 @torch.no_grad()
-def test_a_sweep_sees_actors_where_they_are_when_their_column_fires(model):
+def test_a_sweep_sees_actors_where_they_are_when_their_column_fires(model, replay):
     """The scene renderer gives render_lidar each Gaussian's motion over the sweep: the actors' move
-    (from their tracks at the sweep's start and end), the background's is zero."""
+    (from their tracks at the sweep's start and end), the background's is zero. The replay's motion
+    (from USD's poses, positions only) is that of its full placements."""
     renderer, data = model
     scene = renderer.scene
     ref = data.sweeps[len(data.sweeps) // 2]
@@ -114,6 +115,10 @@ def test_a_sweep_sees_actors_where_they_are_when_their_column_fires(model):
     # the build option lidar_actor_motion=False: every actor at the sweep's middle
     middle = SceneRenderer(scene, actor_motion=False).lidar(batch, t)
     assert torch.equal(middle.range_sum, frozen.range_sum)
+    t0 = ref.time_s
+    got = replay.sweep_motion(t0, t0 + period)
+    torch.testing.assert_close(got, replay.place(t0 + period).means - replay.place(t0).means, atol=0, rtol=0)
+    assert float(got.norm(dim=-1).max()) > 0.05
 
 
 def test_the_build_checked_its_own_export(tiny_run):
