@@ -146,7 +146,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     try:
         result = build(args.capture, args.out, preset=args.preset, budget_s=args.budget_s, device=args.device,
                        format=args.format, overwrite=args.overwrite, progress=not args.no_progress,
-                       collision=args.collision, usdz=args.usdz, **options)
+                       collision=args.collision, usdz=args.usdz, profile=args.profile, **options)
     except CaptureError as err:
         print(err, file=sys.stderr)
         return 1
@@ -173,6 +173,54 @@ def _cmd_build(args: argparse.Namespace) -> int:
     replayed = f" (replay vs model on a held-out {', '.join(agreement)})" if agreement else ""
     print(f"usd          {str(usd) + replayed if usd.is_file() else 'not written (see manifest.json: usd_export)'}")
     return 0 if result.status != "diverged" else 1
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from nurec_usd.bench import (BUDGET_STEPS, RESULTS_HEADER, bench_capture, default_cache, format_run,
+                                 results_row, run_build)
+    from nurec_usd.train.config import make_config
+
+    try:  # the options are checked here, before a capture is generated
+        overrides = dict(args.set)
+        make_config(args.build_preset, **overrides, **({"steps": args.steps} if args.steps else {}))
+    except ValueError as err:
+        print(f"bench: --set: {err}", file=sys.stderr)
+        return 2
+    capture = args.capture
+    if capture is None:
+        device = None if args.device == "auto" else args.device
+        capture = bench_capture(args.preset, args.cache or default_cache(), device)
+    budgets = args.budget_s or [None]
+    work = Path(tempfile.mkdtemp(prefix="nurec_bench_")) if args.out is None else args.out
+    rows, failed = [], 0
+    try:
+        for budget in budgets:
+            options = ["--preset", args.build_preset, "--device", args.device]
+            if budget is not None:
+                options += ["--budget-s", str(budget), "--steps", str(args.steps or BUDGET_STEPS)]
+            elif args.steps:
+                options += ["--steps", str(args.steps)]
+            if args.profile:
+                options.append("--profile")
+            for key, value in args.set:
+                options += ["--set", f"{key}={value}"]
+            label = f"{capture.name} {args.build_preset}" + (f" budget {budget:g} s" if budget is not None else "") + \
+                (" " + " ".join(f"{k}={v}" for k, v in args.set) if args.set else "")
+            run = run_build(capture, work / (f"run_budget_{budget:g}" if budget is not None else "run"), options)
+            print(format_run(run, label), flush=True)
+            if run.profile:
+                print(run.profile, flush=True)
+            failed += run.returncode != 0
+            rows.append(results_row(run, label))
+    finally:
+        if args.out is None:
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
+    print("\n" + RESULTS_HEADER + "\n" + "|---" * (RESULTS_HEADER.count("|") - 1) + "|\n" + "\n".join(rows))
+    return 1 if failed else 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -340,11 +388,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default=None, help="capture format, instead of detecting it")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--profile", action="store_true",
+                   help="time every stage and the parts of a window of training steps (host and GPU time, the "
+                        "GPU's idle time, the largest kernels): printed at the end and written to "
+                        "profile.txt / profile.json in the run directory")
     p.add_argument("--set", action="append", default=[], type=parse_option, metavar="KEY=VALUE",
                    help="any other training or init option, e.g. --set lidar_range_weight=0.5 (repeatable; a "
                         "run's config.json lists them all with the values it used)")
     _export_options(p)
     p.set_defaults(func=_cmd_build)
+
+    p = sub.add_parser(
+        "bench", help="time a whole build of a synthetic capture, from the process's start to its USD",
+        description="Build a synthetic capture (generated once into a cache folder) with `build` in a child "
+                    "process and print the time from the process's start to usd/root.usda, the stage table, the "
+                    "held-out quality and a row for benchmarks/RESULTS.md. Several --budget-s give one build "
+                    "each: the time-quality curve.")
+    p.add_argument("preset", nargs="?", default="drive30", choices=list(PRESETS),
+                   help="synth preset to build (default: drive30)")
+    p.add_argument("--capture", type=Path, default=None, help="an existing capture instead of a synthetic one")
+    p.add_argument("--cache", type=Path, default=None,
+                   help="where generated captures are kept (default: $XDG_CACHE_HOME/nurec_usd/bench)")
+    p.add_argument("--build-preset", choices=("fast", "quality"), default="fast", help="build preset (default: fast)")
+    p.add_argument("--budget-s", type=float, action="append", default=None, metavar="N",
+                   help="training budget in seconds (repeatable: one build per budget)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the preset's)")
+    p.add_argument("--profile", action="store_true", help="build with --profile and print its tables")
+    p.add_argument("--set", action="append", default=[], type=parse_option, metavar="KEY=VALUE",
+                   help="a training or init option for every build (repeatable)")
+    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda:N")
+    p.add_argument("--out", type=Path, default=None, help="keep the run directories here (default: removed)")
+    p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("export", help="write a finished run's scene as OpenUSD layers (and a 3DGS .ply)",
                        description="Read RUN/scene.pt (written by build) and write the USD layers of the time-varying "

@@ -26,6 +26,7 @@ import math
 import platform
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -219,11 +220,12 @@ def _json_default(value: Any) -> Any:
 
 
 def initial_scene(capture: Capture, data: CaptureData, init: InitConfig,
-                  log: Callable[[str], None] | None = None) -> Scene:
+                  log: Callable[[str], None] | None = None, clock: Callable[[str], Any] | None = None) -> Scene:
     """The initial scene of a loaded capture (``nurec_usd.scene.init.initialize_scene`` on its
     training sweeps and frames only, on ``data``'s device, with the images ``data`` has decoded).
 
-    ``log``: where one-line messages go. ValueError from the initialisation passes through.
+    ``log``: where one-line messages go; ``clock``: times the parts (``StageClock``).
+    ValueError from the initialisation passes through.
     """
     from nurec_usd.scene.init import initialize_scene
 
@@ -232,26 +234,28 @@ def initial_scene(capture: Capture, data: CaptureData, init: InitConfig,
     # the decoded images serve the colouring only at full size
     images = data.image_of if data.downscale == 1 else None
     return initialize_scene(capture, sweeps, frames, init, data.device, log=log, intensity_scale=data.intensity_scale,
-                            images=images)
+                            images=images, clock=clock)
 
 
 def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_s: float | None = None,
           device: str = "auto", format: str | None = None, overwrite: bool = False, progress: bool = True,
           log: Callable[[str], None] | None = None, collision: bool = False, usdz: bool = False,
-          **options: Any) -> BuildResult:
+          profile: bool = False, **options: Any) -> BuildResult:
     """Reconstruct a capture into a run directory ``out`` (see the module docstring).
 
     Args:
         capture: capture directory (native or any importable format).
         out: run directory to create (refused if it exists, unless ``overwrite``).
         preset: "fast" or "quality" (``nurec_usd.train.config.PRESETS``).
-        budget_s: end training gracefully after this many seconds.
+        budget_s: end training gracefully after this many seconds (the schedule follows the budget).
         device: "auto", "cpu", "cuda", "cuda:1", ...
         format: force the capture format instead of detecting it.
         progress: show tqdm progress bars (on stderr).
         log: where one-line messages go (default: stderr, above the progress bars).
         collision: also export a collision mesh of the static scene (``usd/collision.usdc``).
         usdz: also package the USD export as ``usd/scene.usdz``.
+        profile: also time the parts of a window of training steps on the host and the GPU and
+            write the stage and step tables to ``profile.txt`` / ``profile.json`` (``nurec_usd.profiling``).
         **options: overrides of any training or init option (``steps=500``, ``max_gaussians=...``).
 
     Returns:
@@ -268,9 +272,12 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
 
     from nurec_usd.capture.importers import load_any
     from nurec_usd.capture.staging import StagedDirectory
+    from nurec_usd.profiling import StageClock, StepProfiler, format_profile
     from nurec_usd.render.warp_torch import init_warp
     from nurec_usd.train.config import make_config
 
+    started_at = time.time()
+    clock = StageClock()
     say = log or (lambda msg: tqdm.write(msg, file=sys.stderr))
     config = make_config(preset, device=device, budget_s=budget_s, **options)
     dev = resolve_device(config.device)
@@ -280,20 +287,23 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
     warmup = KernelWarmup(dev)  # GPU kernels compile while the capture loads (no-op on the CPU)
     torch.manual_seed(config.train.seed)
     staged = StagedDirectory(out, overwrite=overwrite)
-    stages: dict[str, float] = {}
     stage = "load"
     num_gaussians = 0
+    export: _UsdExport | None = None
     try:
-        t0 = time.monotonic()
-        cap = load_any(capture, format=format)
-        from nurec_usd.train.data import CaptureData
+        with clock("load"):
+            with clock("read capture"):
+                cap = load_any(capture, format=format)
+            from nurec_usd.train.data import CaptureData
 
-        # The inputs are hashed while the images decode (hashlib and the decoders release the GIL).
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hash") as hasher:
-            hashed = hasher.submit(hash_inputs, cap)
-            data = CaptureData(cap, dev, eval_every=config.train.eval_every, progress=say,
-                               downscale=config.train.downscale)
-            inputs = hashed.result()
+            # The inputs are hashed while the images decode (hashlib and the decoders release the GIL).
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hash") as hasher:
+                hashed = hasher.submit(hash_inputs, cap)
+                with clock("decode"):
+                    data = CaptureData(cap, dev, eval_every=config.train.eval_every, progress=say,
+                                       downscale=config.train.downscale, clock=clock)
+                with clock("hash (after decoding)"):
+                    inputs = hashed.result()
         if not data.train_frames:
             raise BuildError(f"{capture}: no usable camera frames to train on ({len(data.frames)} frames in all, "
                              f"{len(data.eval_frames)} held out)")
@@ -301,7 +311,6 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
             say(f"note: no held-out frames (frame index {config.train.eval_every // 2} mod "
                 f"{config.train.eval_every} does not occur): held-out metrics will be empty; "
                 f"a smaller --eval-every holds some out")
-        stages["load"] = time.monotonic() - t0
         waited = warmup.wait()
         if warmup.error is not None:
             say(f"note: compiling the GPU kernels ahead failed ({type(warmup.error).__name__}: {warmup.error}); "
@@ -309,97 +318,183 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         elif warmup.seconds:
             say(f"GPU kernels compiled in {warmup.seconds:.1f} s, {waited:.1f} s of it after loading")
         if waited > 0.05:
-            stages["compile"] = waited
+            clock.add("compile", waited)
         say(f"loaded {cap.name}: {len(data.train_frames)} training / {len(data.eval_frames)} held-out frames, "
             f"{len(data.train_sweeps)} / {len(data.eval_sweeps)} sweeps, {len(cap.tracks)} tracks "
-            f"({stages['load']:.1f} s)")
+            f"({clock.seconds('load'):.1f} s)")
 
         stage = "init"
-        t0 = time.monotonic()
-        try:
-            scene = initial_scene(cap, data, config.init, log=say)
-        except ValueError as err:
-            raise BuildError(f"{capture}: initialisation failed: {err}") from err
-        from nurec_usd.scene.rig import describe_rig
+        with clock("init"):
+            try:
+                scene = initial_scene(cap, data, config.init, log=say, clock=clock)
+            except ValueError as err:
+                raise BuildError(f"{capture}: initialisation failed: {err}") from err
+            from nurec_usd.scene.rig import describe_rig
 
-        scene.metadata["rig"] = describe_rig(cap)  # export and replay read the sensors from the scene
-        num_gaussians = scene.num_gaussians
-        stages["init"] = time.monotonic() - t0
+            scene.metadata["rig"] = describe_rig(cap)  # export and replay read the sensors from the scene
+            num_gaussians = scene.num_gaussians
         say(f"initial scene: {len(scene.static):,} static + {len(scene.actors):,} actor Gaussians "
-            f"({stages['init']:.1f} s)")
+            f"({clock.seconds('init'):.1f} s)")
 
         stage = "train"
         from nurec_usd.train.trainer import Trainer
 
-        trainer = Trainer(scene, data, config.train, log=say)
-        with tqdm(total=config.train.steps, desc="train", unit="step", disable=not progress or None,
-                  file=sys.stderr, dynamic_ncols=True) as bar:
+        steps = config.train.steps
+        profiler = StepProfiler(dev, start=steps // 2, steps=max(1, min(30, steps // 10)), enabled=profile)
+        trainer = Trainer(scene, data, config.train, log=say, profiler=profiler)
+        with clock("train"), tqdm(total=steps, desc="train", unit="step", disable=not progress or None,
+                                  file=sys.stderr, dynamic_ncols=True) as bar:
             result = trainer.run(config.budget_s, progress=bar)
         num_gaussians = scene.num_gaussians
-        stages["train"] = result.seconds
         say(f"training {result.status}: {result.message} ({result.seconds:.1f} s, "
             f"{result.steps / max(result.seconds, 1e-9):.1f} steps/s)")
 
         stage = "export"  # the scene is written first: whatever happens in eval, training is not lost
-        t0 = time.monotonic()
-        scene.save(staged.path / "scene.pt")
-        usd_note = None
-        if _have_usd():
-            from nurec_usd.export.usd_layers import export_usd
+        # The USD export is host work (numpy, pxr) and the evaluation GPU work: the export runs in
+        # a thread beside the evaluation, except with a collision mesh, whose depth renders would
+        # share the GPU and Warp's stream with it.
+        from nurec_usd.train.evaluate import evaluate  # before the export thread: see _UsdExport.start
 
-            try:  # a failed USD export must not throw the trained scene away: scene.pt is written
-                with _views_bar(collision and progress) as bar:
-                    export_usd(scene, staged.path / "usd", usdz=usdz, collision=collision, device=dev,
-                               progress=bar)
-            except Exception as err:  # noqa: BLE001 - reported in the manifest and the log
-                usd_note = f"the USD export failed: {type(err).__name__}: {err}"
-        else:
-            usd_note = "usd-core is not installed here: the USD layers were not written"
-        if usd_note:
-            say(f"{usd_note} (python -m nurec_usd export RUN -o DIR writes them from scene.pt later)")
-        stages["export"] = time.monotonic() - t0
+        export = _UsdExport(scene, staged.path / "usd", usdz=usdz, collision=collision, device=dev,
+                            progress=progress)
+        with clock("export"):
+            with clock("save scene"):
+                scene.save(staged.path / "scene.pt")
+            if collision:
+                with clock("usd layers"):
+                    export.run()
+            else:
+                export.start()
 
         stage = "eval"
-        t0 = time.monotonic()
-        from nurec_usd.train.evaluate import evaluate
-
-        n_eval = len(data.eval_frames) + len(data.eval_sweeps)
-        with tqdm(total=n_eval, desc="eval", unit="view", disable=not progress or None, file=sys.stderr,
-                  leave=False) as bar:
-            metrics = evaluate(scene, data, staged.path, progress=bar.update)
-        if usd_note is None:  # the export must replay the scene: checked on a held-out frame and sweep
+        with clock("eval"):
+            n_eval = len(data.eval_frames) + len(data.eval_sweeps)
+            with tqdm(total=n_eval, desc="eval", unit="view", disable=not progress or None, file=sys.stderr,
+                      leave=False) as bar:
+                metrics = evaluate(scene, data, staged.path, progress=bar.update, clock=clock)
+        stage = "export"
+        with clock("export"):
+            if not collision:
+                with clock("usd layers (waited for after eval)"):
+                    export.join()
+                clock.add("usd layers (beside eval)", export.seconds)
+        if export.note:
+            say(f"{export.note} (python -m nurec_usd export RUN -o DIR writes them from scene.pt later)")
+        if export.note is None:  # the export must replay the scene: checked on a held-out frame and sweep
             from nurec_usd.train.evaluate import replay_agreement
 
-            try:
-                metrics.update(replay_agreement(staged.path / "usd" / "root.usda", scene, data))
-            except Exception as err:  # noqa: BLE001 - reported, the run itself is fine
-                say(f"note: replaying the USD export failed: {type(err).__name__}: {err}")
-                metrics["usd_replay_error"] = f"{type(err).__name__}: {err}"
-        stages["eval"] = time.monotonic() - t0
+            with clock("eval"), clock("replay check"):
+                try:
+                    metrics.update(replay_agreement(staged.path / "usd" / "root.usda", scene, data))
+                except Exception as err:  # noqa: BLE001 - reported, the run itself is fine
+                    say(f"note: replaying the USD export failed: {type(err).__name__}: {err}")
+                    metrics["usd_replay_error"] = f"{type(err).__name__}: {err}"
         metrics.update({"status": result.status, "steps": result.steps, "gaussians": scene.num_gaussians,
                         "static_gaussians": len(scene.static), "actor_gaussians": len(scene.actors),
                         "steps_per_second": result.steps / max(result.seconds, 1e-9)})
         if dev.type == "cuda":
             metrics["peak_gpu_memory_gib"] = torch.cuda.max_memory_allocated(dev) / 2 ** 30
-        _write_json(staged.path / "metrics.json", metrics)
-        _write_json(staged.path / "config.json", config.to_dict())
-        with open(staged.path / "train_log.jsonl", "w") as f:
-            for row in result.history:
-                f.write(json.dumps(row) + "\n")
-        _write_json(staged.path / "manifest.json", {
-            "format": "nurec_usd.run", "version": 1, "capture": str(capture), "capture_name": cap.name,
-            "status": result.status, "message": result.message, "inputs": inputs, "versions": _versions(),
-            "git": _git_commit(), "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-            "stage_seconds": {k: round(v, 3) for k, v in stages.items()},
-            "command": sys.argv, "overflowing_steps": result.overflows, "usd_export": usd_note or "written",
-        })
-        out_dir = staged.commit()
+        with clock("export"), clock("write run"):
+            stages = clock.top_level()
+            _write_json(staged.path / "metrics.json", metrics)
+            _write_json(staged.path / "config.json", config.to_dict())
+            with open(staged.path / "train_log.jsonl", "w") as f:
+                for row in result.history:
+                    f.write(json.dumps(row) + "\n")
+            if profile:
+                step_report = profiler.report()
+                (staged.path / "profile.txt").write_text(format_profile(clock.to_list(), step_report) + "\n")
+                _write_json(staged.path / "profile.json", {"stages": clock.to_list(), "step": step_report})
+            _write_json(staged.path / "manifest.json", {
+                "format": "nurec_usd.run", "version": 1, "capture": str(capture), "capture_name": cap.name,
+                "status": result.status, "message": result.message, "inputs": inputs, "versions": _versions(),
+                "git": _git_commit(), "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+                "started_at": started_at, "stage_seconds": {k: round(v, 3) for k, v in stages.items()},
+                "stages": clock.to_list(), "command": sys.argv, "overflowing_steps": result.overflows,
+                "usd_export": export.note or "written",
+            })
+            out_dir = staged.commit()
     except torch.cuda.OutOfMemoryError as err:
-        staged.abort()
+        _abort(staged, export)
         raise BuildError(f"the GPU ran out of memory during {stage} with {num_gaussians:,} Gaussians: lower "
                          f"--max-gaussians (it also caps the initial points), train on smaller images "
                          f"(--downscale 2), or free the GPU ({str(err).splitlines()[0]})") from err
     except BaseException:
-        staged.abort()
+        _abort(staged, export)
         raise
-    return BuildResult(out_dir, result.status, result.message, metrics, stages)
+    if profile:
+        say(format_profile(clock.to_list(), step_report))
+    return BuildResult(out_dir, result.status, result.message, metrics, clock.top_level())
+
+
+# Every pxr module the USD export uses (imported before its thread starts)
+USD_MODULES = ("Gf", "Plug", "Sdf", "Tf", "Usd", "UsdGeom", "UsdLux", "UsdPhysics", "UsdUtils", "UsdVol", "Vt")
+
+
+def _abort(staged, export: "_UsdExport | None") -> None:
+    """Remove the unfinished run directory, once the export thread writing into it has stopped."""
+    if export is not None:
+        export.wait()
+    staged.abort()
+
+
+class _UsdExport:
+    """The build's USD export (``export_usd``), run here or in a thread beside the evaluation.
+
+    A failure does not fail the build (``scene.pt`` is written): ``note`` says what happened,
+    None once the layers are written.
+    """
+
+    def __init__(self, scene: Scene, out: Path, *, usdz: bool, collision: bool, device: Any, progress: bool):
+        self.scene, self.out, self.usdz, self.collision, self.device = scene, out, usdz, collision, device
+        self.show_progress = progress
+        self.note: str | None = "usd-core is not installed here: the USD layers were not written"
+        self.seconds = 0.0
+        self._thread: threading.Thread | None = None
+        self._interrupt: BaseException | None = None
+
+    def run(self) -> None:
+        if not _have_usd():
+            return
+        from nurec_usd.export.usd_layers import export_usd
+
+        t0 = time.perf_counter()
+        try:  # a failed USD export must not throw the trained scene away: scene.pt is written
+            with _views_bar(self.collision and self.show_progress) as bar:
+                export_usd(self.scene, self.out, usdz=self.usdz, collision=self.collision, device=self.device,
+                           progress=bar)
+            self.note = None
+        except Exception as err:  # noqa: BLE001 - reported in the manifest and the log
+            self.note = f"the USD export failed: {type(err).__name__}: {err}"
+        except BaseException as err:  # Ctrl-C in the thread: re-raised by join()
+            self._interrupt = err
+        finally:
+            self.seconds = time.perf_counter() - t0
+
+    def start(self) -> None:
+        """Run the export in a thread. What it imports is imported here first: two threads that
+        import extension modules at once (pxr's, PIL's) can deadlock in the import machinery."""
+        if _have_usd():
+            import importlib
+
+            from nurec_usd.export.usd_layers import register_schema
+
+            for name in USD_MODULES:
+                importlib.import_module(f"pxr.{name}")
+            if self.usdz:
+                importlib.import_module("nurec_usd.export.usdz")
+            register_schema()
+        self._thread = threading.Thread(target=self.run, name="usd-export", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Until the thread (if any) has finished."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def join(self) -> None:
+        """``wait``, then re-raise a Ctrl-C that reached the thread."""
+        self.wait()
+        if self._interrupt is not None:
+            raise self._interrupt

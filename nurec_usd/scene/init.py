@@ -14,8 +14,9 @@ Steps, all tensor code on the training device:
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -351,14 +352,16 @@ def seed_empty_actors(actor_pts: list[torch.Tensor], tracks: list[ActorTrack], c
 def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], train_frames: list[tuple[str, int]],
                      config: InitConfig, device: torch.device | str,
                      log: Callable[[str], None] | None = None, intensity_scale: float | None = None,
-                     images: ImageSource | None = None) -> Scene:
+                     images: ImageSource | None = None, clock: Callable[[str], Any] | None = None) -> Scene:
     """The initial scene of a capture, built from its training sweeps and frames only.
 
     ``intensity_scale``: lidar intensities are divided by it (as the training targets are);
     None: the 99th percentile of the points used here. ``images``: the frames, already decoded
-    at full size (default: decoded from the files).
+    at full size (default: decoded from the files). ``clock``: times the parts
+    (a ``nurec_usd.profiling.StageClock``).
     """
     say = log or (lambda _m: None)
+    part = clock or (lambda _name: contextlib.nullcontext())
     device = torch.device(device)
     tracks = scene_tracks(capture)
     per_camera: dict[str, list[tuple[str, int]]] = {}
@@ -368,26 +371,32 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
 
     sfm = capture.metadata.get("sfm_points") if isinstance(capture.metadata, dict) else None
     if train_sweeps:
-        pts, inten, times = lidar_world_points(capture, train_sweeps, device)
+        with part("place points"):
+            pts, inten, times = lidar_world_points(capture, train_sweeps, device)
         say(f"accumulated {pts.shape[0]:,} lidar points from {len(train_sweeps)} sweeps")
         if pts.shape[0] == 0:
             raise ValueError("the capture's training sweeps hold no points inside the lidars' range limits")
         if intensity_scale is None:
             intensity_scale = float(torch.quantile(inten[:: max(1, inten.shape[0] // 100_000)].float(), 0.99)) or 1.0
         inten = (inten / intensity_scale).clamp(0, 1)
-        static_mask, actor_local = split_actor_points(pts, times, tracks, config.box_margin)
-        static_pts, static_int = pts[static_mask], inten[static_mask]
-        actor_pts = actor_local
-        del pts, inten, times
-        (static_pts, static_int), voxel = _downsample_to(static_pts, config.voxel_m, config.max_points, static_int)
-        static_pts, static_int = remove_outliers(static_pts, config.outlier_std, static_int)
-        actor_pts = seed_empty_actors([voxel_downsample(p, config.actor_voxel_m)[0] for p in actor_pts], tracks)
+        with part("split actors"):
+            static_mask, actor_local = split_actor_points(pts, times, tracks, config.box_margin)
+            static_pts, static_int = pts[static_mask], inten[static_mask]
+            actor_pts = actor_local
+            del pts, inten, times
+        with part("downsample"):
+            (static_pts, static_int), voxel = _downsample_to(static_pts, config.voxel_m, config.max_points,
+                                                             static_int)
+            static_pts, static_int = remove_outliers(static_pts, config.outlier_std, static_int)
+            actor_pts = seed_empty_actors([voxel_downsample(p, config.actor_voxel_m)[0] for p in actor_pts], tracks)
         # actors start at the static mean intensity (their own returns are few and sparse)
         mean_int = float(static_int.mean()) if static_int.numel() else 0.2
         actor_int = [torch.full((p.shape[0],), mean_int, dtype=torch.float64, device=device) for p in actor_pts]
         say(f"static points: {static_pts.shape[0]:,} (voxel {voxel:.3f} m); actor points: "
             + ", ".join(f"{t.id} {p.shape[0]}" for t, p in zip(tracks, actor_pts)))
-        static_rgb, actor_rgb = colour_points(capture, colour_frames, static_pts, actor_pts, tracks, device, images)
+        with part("colour"):
+            static_rgb, actor_rgb = colour_points(capture, colour_frames, static_pts, actor_pts, tracks, device,
+                                                  images)
     elif sfm is not None:
         static_pts = torch.as_tensor(np.asarray(sfm["xyz"]), dtype=torch.float64, device=device)
         static_rgb = torch.as_tensor(np.asarray(sfm["rgb"]), dtype=torch.float32, device=device) / 255.0
@@ -416,8 +425,9 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
         scales = initial_scales(p, floor=vox * 0.05, ceiling=vox * 10)
         return GaussianParams.create(p.float(), scales.float(), rgb.float(), config.opacity, inten.float())
 
-    static = gaussians(static_pts, static_rgb, static_int, voxel)
-    actor_sets = [gaussians(p, c, i, config.actor_voxel_m) for p, c, i in zip(actor_pts, actor_rgb, actor_int)]
+    with part("scales"):
+        static = gaussians(static_pts, static_rgb, static_int, voxel)
+        actor_sets = [gaussians(p, c, i, config.actor_voxel_m) for p, c, i in zip(actor_pts, actor_rgb, actor_int)]
     if actor_sets:
         actors = GaussianParams(**{k: torch.cat([getattr(a, k) for a in actor_sets])
                                    for k in GaussianParams.FIELDS})
@@ -433,8 +443,9 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
     if not train_sweeps:
         centres = torch.as_tensor(capture.rig.T_world_rig[:, :3, 3])
         position_scale = max(float((centres - centres.mean(0)).norm(dim=-1).max()) / 10.0, 1e-3)
-    return Scene(static=static, actors=actors, actor_index=actor_index, tracks=tracks,
-                 sky=sky_init(capture, colour_frames, config.sky_rows, images).to(device), camera_ids=cam_ids,
+    with part("sky"):
+        sky = sky_init(capture, colour_frames, config.sky_rows, images).to(device)
+    return Scene(static=static, actors=actors, actor_index=actor_index, tracks=tracks, sky=sky, camera_ids=cam_ids,
                  exposure=torch.zeros(len(cam_ids), 6, device=device), sh_degree=0,
                  world_offset_m=[float(x) for x in capture.world_offset_m],
                  metadata={"intensity_scale": intensity_scale or 1.0, "init_voxel_m": voxel,

@@ -10,7 +10,7 @@ import torch
 __all__ = ["to_uint8", "range_picture"]
 
 
-def to_uint8(image: torch.Tensor) -> np.ndarray:  # [H, W, 3] float in [0, 1] -> [H, W, 3] uint8
+def to_uint8(image: torch.Tensor) -> np.ndarray:  # [..., H, W, 3] float in [0, 1] -> [..., H, W, 3] uint8
     """A float image clamped to [0, 1] and rounded to 8 bits, on the host."""
     return (image.detach().clamp(0, 1) * 255 + 0.5).to(torch.uint8).cpu().numpy()
 

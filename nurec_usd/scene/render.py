@@ -1,6 +1,6 @@
 """Rendering a ``Scene``: Gaussians placed at a time, cameras with sky and exposure, lidar sweeps.
 
-Used by training, evaluation and (later) replay. A ``SceneRenderer`` packs the scene's
+Used by training, evaluation and replay. A ``SceneRenderer`` packs the scene's
 tracks for the fused interpolation once; each call then places every Gaussian for its time
 (one kernel) and renders (``nurec_usd.render.camera`` / ``nurec_usd.render.lidar``).
 """
@@ -34,11 +34,23 @@ class CameraView:
 
 
 @dataclass
+class CameraViews:
+    """C camera frames of one resolution rendered in one call, the actors placed at one time."""
+
+    batch: CameraBatch  # C cameras with their poses over their readouts
+    camera_indices: torch.Tensor  # [C] long, into Scene.camera_ids (exposure)
+    time: torch.Tensor  # [] seconds since the capture start, on the device: actors are placed then
+    R_world_camera: torch.Tensor  # [C, 3, 3] camera orientations at the readouts' start (sky lookup)
+    rays_camera: torch.Tensor  # [C, H, W, 3] unit ray of every pixel in each camera's frame
+    lens: torch.Tensor | None = None  # [C, H, W] bool: pixels the lenses image; None: all
+
+
+@dataclass
 class SceneCameraRender:
     """A camera render of a scene: the final image and the raw render it came from."""
 
-    image: torch.Tensor  # [H, W, 3] Gaussians over the sky, exposure applied
-    raw: CameraRender  # Gaussians only (black background), [1, H, W, ...]; no depth unless asked for
+    image: torch.Tensor  # [H, W, 3] (one view) or [C, H, W, 3] (views): Gaussians over the sky, exposure applied
+    raw: CameraRender  # Gaussians only (black background), [C, H, W, ...]; no depth unless asked for
 
 
 @dataclass
@@ -102,13 +114,35 @@ class SceneRenderer:
         g = placed if placed is not None else self.place(view.time)
         raw = render_cameras(g.means, g.quats, g.scales, g.opacities, g.sh, view.batch,
                              sh_degree=self.scene.sh_degree, settings=settings or _IMAGE_ONLY)
-        dirs = view.rays_camera @ view.R_world_camera.T  # [H, W, 3]
-        image = raw.rgb[0] + (1.0 - raw.alpha[0])[..., None] * self.sky(dirs)
-        exposure = self.scene.exposure[view.camera_index]
-        image = image * exposure[:3].exp() + exposure[3:]
-        if view.lens is not None:  # outside the lens's field of view the sensor sees black
-            image = image * view.lens[..., None].to(image.dtype)
+        image = self._finish(raw.rgb, raw.alpha, view.rays_camera[None], view.R_world_camera[None],
+                             self.scene.exposure[view.camera_index][None], None if view.lens is None else view.lens[None])
+        return SceneCameraRender(image[0], raw)
+
+    def cameras(self, views: CameraViews, settings: RenderSettings | None = None,
+                placed: PlacedGaussians | None = None) -> SceneCameraRender:
+        """Render C camera frames in one call (``SceneCameraRender.image`` is ``[C, H, W, 3]``); as
+        :meth:`camera` otherwise."""
+        g = placed if placed is not None else self.place(views.time)
+        raw = render_cameras(g.means, g.quats, g.scales, g.opacities, g.sh, views.batch,
+                             sh_degree=self.scene.sh_degree, settings=settings or _IMAGE_ONLY)
+        image = self._finish(raw.rgb, raw.alpha, views.rays_camera, views.R_world_camera,
+                             self.scene.exposure[views.camera_indices], views.lens)
         return SceneCameraRender(image, raw)
+
+    def _finish(self, rgb: torch.Tensor,  # [C, H, W, 3] Gaussians over black
+                alpha: torch.Tensor,  # [C, H, W]
+                rays: torch.Tensor,  # [C, H, W, 3] camera frame
+                R_world_camera: torch.Tensor,  # [C, 3, 3]
+                exposure: torch.Tensor,  # [C, 6] log gains, biases
+                lens: torch.Tensor | None,  # [C, H, W] bool
+                ) -> torch.Tensor:  # [C, H, W, 3]
+        """The Gaussians over the sky, then each camera's exposure, and black outside its lens."""
+        dirs = torch.einsum("chwj,ckj->chwk", rays, R_world_camera)  # world directions
+        image = rgb + (1.0 - alpha)[..., None] * self.sky(dirs)
+        image = image * exposure[:, None, None, :3].exp() + exposure[:, None, None, 3:]
+        if lens is not None:  # outside the lens's field of view the sensor sees black
+            image = image * lens[..., None].to(image.dtype)
+        return image
 
     def lidar(self, batch: LidarBatch, t: torch.Tensor,  # t: [] seconds, the sweep's middle: actors are placed then
               settings: LidarRenderSettings | None = None, placed: PlacedGaussians | None = None,

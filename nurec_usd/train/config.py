@@ -15,16 +15,21 @@ from nurec_usd.scene.init import InitConfig
 class TrainConfig:
     """The training loop's options. Learning rates are Adam's, per parameter group."""
 
-    steps: int = 3000
+    steps: int = 3000  # optimisation steps (each takes a group of frames recorded together)
     seed: int = 0
     eval_every: int = 8  # frames / sweeps with index % eval_every == eval_every // 2 are held out
     downscale: int = 1  # train and evaluate on images shrunk by this factor
     max_gaussians: int = 1_000_000  # cap on static + actor Gaussians (MCMC-style relocation keeps under it)
     sh_degree: int = 3
-    sh_interval: int = 500  # one more SH degree every this many steps
+    sh_step_fraction: float = 1 / 6  # one more SH degree every this fraction of the run
+    # what a step renders
+    cameras_per_step: int = 0  # frames recorded together rendered in one step: 0 every camera's, 1 one frame
+    coarse_fraction: float = 0.0  # the first this fraction of the run renders images coarse_downscale times smaller
+    coarse_downscale: int = 2
     # losses
     ssim_weight: float = 0.2
-    lidar_every: int = 1  # a lidar sweep every this many steps (0: never)
+    lidar_every: int = 1  # lidar sweeps every this many steps (0: never)
+    sweeps_per_step: int = 1  # sweeps rendered in a lidar step (their loss shares the views' weight)
     # 1.0: on drive30 (H200) the held-out lidar median error fell 0.111 -> 0.050 m against 0.1, with
     # held-out PSNR unchanged (23.04 -> 23.09 dB); 2.0 cost PSNR (benchmarks/RESULTS.md)
     lidar_range_weight: float = 1.0
@@ -48,11 +53,14 @@ class TrainConfig:
     lr_sky: float = 1e-2
     lr_exposure: float = 1e-3
     lr_track: float = 1e-4  # pose corrections, when refine_tracks
+    # how the rates above (tuned for one camera view a step) follow the views in a step: "sqrt"
+    # (rates x sqrt(views), Adam's betas ^ views), "linear" (rates x views) or "none"
+    lr_batch_scale: str = "sqrt"
     refine_tracks: bool = False
-    # MCMC-style relocation and growth
-    refine_start: int = 200
-    refine_stop_fraction: float = 0.8  # no relocation in the last 20% of the steps
-    refine_interval: int = 100
+    # MCMC-style relocation and growth, at fractions of the run
+    refine_start_fraction: float = 1 / 15
+    refine_stop_fraction: float = 0.8  # no relocation in the last 20% of the run
+    refine_every_fraction: float = 1 / 30
     grow_factor: float = 1.05  # Gaussians added per refinement, as a factor of the count (up to the cap)
     dead_opacity: float = 0.005
     noise_scale: float = 0.1  # position noise of near-transparent Gaussians, in units of their own scale
@@ -80,11 +88,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Tuned on drive30 at 3,000 steps (H200, benchmarks/sweep_drive30.py): starting near the Gaussian cap,
     # half-opaque, with 4x the scale and position learning rates took held-out PSNR 23.08 -> 25.69 dB
     # (benchmarks/RESULTS.md, "drive30 quality: the fast preset's options").
-    "fast": {"train": {"steps": 3000, "sh_degree": 1, "sh_interval": 1000, "max_gaussians": 1_000_000,
-                       "lr_scales": 0.02, "lr_means": 6.4e-3},
+    "fast": {"train": {"steps": 600, "sh_degree": 1, "sh_step_fraction": 1 / 3, "max_gaussians": 1_000_000,
+                       "lr_scales": 0.02, "lr_means": 6.4e-3, "coarse_fraction": 0.5},
              "init": {"voxel_m": 0.05, "max_points": 1_000_000, "opacity": 0.5}},
-    "quality": {"train": {"steps": 30_000, "sh_degree": 3, "sh_interval": 1000, "max_gaussians": 3_000_000,
-                          "refine_interval": 100},
+    "quality": {"train": {"steps": 30_000, "sh_degree": 3, "sh_step_fraction": 1 / 30, "max_gaussians": 3_000_000,
+                          "refine_every_fraction": 1 / 300},
                 "init": {"voxel_m": 0.05, "max_points": 1_500_000}},
 }
 

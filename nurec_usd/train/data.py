@@ -8,16 +8,22 @@ readout; images decoded once and kept as uint8 (on the GPU when they fit); per l
 Held-out data: frames and sweeps whose index (per sensor, in time order) satisfies
 ``index % eval_every == eval_every // 2`` are never trained on. Cameras and lidars sampled at
 the same rate therefore hold out the same instants.
+
+Frame groups: the frames that cameras of one resolution recorded together (readouts starting
+within ``GROUP_TOLERANCE_S``) form a group, rendered in one call (``camera_views``) with the
+actors placed at one time, the mean of the frames' readout middles. A training step takes a
+group; evaluation renders group by group.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -26,8 +32,13 @@ from nurec_usd.capture.model import Capture
 from nurec_usd.capture.prefetch import default_workers, prefetched
 from nurec_usd.render.camera import CameraBatch
 from nurec_usd.render.lidar import LidarBatch
-from nurec_usd.scene.render import CameraView
+from nurec_usd.scene.render import CameraView, CameraViews
 from nurec_usd.scene.views import camera_geometry, sensor_poses
+
+# Frames of one resolution whose readouts start within this many seconds of each other are
+# rendered together: rigs trigger their cameras together (their frames share a timestamp), and
+# the actors of a group are placed at one time, so a wider window would misplace them.
+GROUP_TOLERANCE_S = 0.010
 from nurec_usd.sensors.se3 import PoseTrajectory
 
 
@@ -49,6 +60,45 @@ class SweepRef:
     sweep: int
     time_s: float  # sweep start
     held_out: bool
+
+
+@dataclass(frozen=True)
+class FrameGroup:
+    """Frames of cameras of one resolution recorded together, rendered in one call."""
+
+    frames: tuple[FrameRef, ...]  # one frame per camera at most, cameras in capture order
+
+
+def group_frames(frames: Sequence[FrameRef], sizes: Sequence[tuple[int, int]], max_cameras: int = 0,
+                 tolerance_s: float = GROUP_TOLERANCE_S) -> list[FrameGroup]:
+    """Frames in groups of frames recorded together (``GROUP_TOLERANCE_S``) by cameras of one size.
+
+    Args:
+        frames: the frames to group.
+        sizes: (width, height) of each camera (``FrameRef.camera`` indexes it).
+        max_cameras: at most this many frames in a group (0: no limit; 1: every frame alone).
+        tolerance_s: readout starts further apart than this are not grouped.
+
+    Returns:
+        The groups, in the order of their first frame's time (ties: by resolution, then camera).
+    """
+    by_size: dict[tuple[int, int], list[FrameRef]] = {}
+    for ref in frames:
+        by_size.setdefault(tuple(sizes[ref.camera]), []).append(ref)
+    groups: list[list[FrameRef]] = []
+    for refs in by_size.values():
+        current: list[FrameRef] = []
+        for ref in sorted(refs, key=lambda r: (r.time_s, r.camera)):
+            full = max_cameras > 0 and len(current) >= max_cameras
+            if current and (full or ref.time_s - current[0].time_s > tolerance_s
+                            or any(r.camera == ref.camera for r in current)):
+                groups.append(current)
+                current = []
+            current.append(ref)
+        if current:
+            groups.append(current)
+    groups.sort(key=lambda g: (g[0].time_s, g[0].camera))
+    return [FrameGroup(tuple(sorted(g, key=lambda r: r.camera))) for g in groups]
 
 
 @dataclass
@@ -162,12 +212,13 @@ class CaptureData:
     its free memory (else pinned host memory, copied per step); True / False force it.
     ``downscale``: train and evaluate on images shrunk by this integer factor (intrinsics
     scaled to match), for quick runs on slow machines. ``workers``: decoding threads (default:
-    one per CPU core, at most 32).
+    one per CPU core, at most 32). ``clock``: times the parts (a ``nurec_usd.profiling.StageClock``).
     """
 
     def __init__(self, capture: Capture, device: torch.device | str, eval_every: int = 8,
                  images_on_device: bool | None = None, workers: int | None = None,
-                 progress: Callable[[str], None] | None = None, downscale: int = 1):
+                 progress: Callable[[str], None] | None = None, downscale: int = 1,
+                 clock: Callable[[str], Any] | None = None):
         if int(downscale) != downscale or downscale < 1:
             raise ValueError(f"downscale must be a positive integer, got {downscale!r}")
         self.capture = capture
@@ -175,6 +226,7 @@ class CaptureData:
         self.eval_every = eval_every
         self.downscale = int(downscale)
         note = progress or (lambda _msg: None)
+        part = clock or (lambda _name: contextlib.nullcontext())
         rig = capture.rig_trajectory()
         total_bytes = sum((c.width // downscale) * (c.height // downscale) * 3 * len(c.frames)
                           for c in capture.cameras.values())
@@ -186,11 +238,12 @@ class CaptureData:
         self.frames: list[FrameRef] = []
         self.lidars: list[LidarData] = []
         self.sweeps: list[SweepRef] = []
-        for ci, cam in enumerate(capture.cameras.values()):
-            self.cameras.append(self._camera(cam, rig))  # before the decoding threads start: they slow the host
-            for fi, frame in enumerate(cam.frames):
-                self.frames.append(FrameRef(ci, fi, float(capture.seconds(frame.timestamp_us)),
-                                            held_out(fi, eval_every)))
+        with part("cameras"):
+            for ci, cam in enumerate(capture.cameras.values()):
+                self.cameras.append(self._camera(cam, rig))  # before the decoding threads start: they slow the host
+                for fi, frame in enumerate(cam.frames):
+                    self.frames.append(FrameRef(ci, fi, float(capture.seconds(frame.timestamp_us)),
+                                                held_out(fi, eval_every)))
         # Every image of every camera is decoded in one pool, straight into its place; the
         # sweeps are read and turned into range images meanwhile.
         pool = ThreadPoolExecutor(max_workers=workers or default_workers(), thread_name_prefix="decode")
@@ -200,14 +253,16 @@ class CaptureData:
             decoded = [pool.submit(_decode_into, data.images, fi, frame, self.downscale)
                        for data, cam in zip(self.cameras, capture.cameras.values())
                        for fi, frame in enumerate(cam.frames)]
-            for li, (lidar_id, lidar) in enumerate(capture.lidars.items()):
-                note(f"reading {len(lidar.sweeps)} sweeps of lidar {lidar_id}")
-                self.lidars.append(self._lidar(lidar, rig))
-                for si, sweep in enumerate(lidar.sweeps):
-                    self.sweeps.append(SweepRef(li, si, float(capture.seconds(sweep.timestamp_us)),
-                                                held_out(si, eval_every)))
-            for job in decoded:
-                job.result()  # re-raises a failed decode, naming its file
+            with part("sweeps"):
+                for li, (lidar_id, lidar) in enumerate(capture.lidars.items()):
+                    note(f"reading {len(lidar.sweeps)} sweeps of lidar {lidar_id}")
+                    self.lidars.append(self._lidar(lidar, rig))
+                    for si, sweep in enumerate(lidar.sweeps):
+                        self.sweeps.append(SweepRef(li, si, float(capture.seconds(sweep.timestamp_us)),
+                                                    held_out(si, eval_every)))
+            with part("images (after the sweeps)"):
+                for job in decoded:
+                    job.result()  # re-raises a failed decode, naming its file
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         self.intensity_scale = self._normalise_intensities()
@@ -215,6 +270,9 @@ class CaptureData:
         self.eval_frames = [f for f in self.frames if f.held_out]
         self.train_sweeps = [s for s in self.sweeps if not s.held_out]
         self.eval_sweeps = [s for s in self.sweeps if s.held_out]
+        self.eval_groups = self.groups(self.eval_frames)
+        self._levels: dict[tuple[int, int], tuple] = {}  # (camera, level) -> its geometry at that level
+        self._views: dict[tuple[FrameGroup, int], CameraViews] = {}
 
     # -- building ----------------------------------------------------------------------------
 
@@ -287,6 +345,75 @@ class CaptureData:
                                     rot_end=cam.rot_end[f:f + 1], trans_end=cam.trans_end[f:f + 1])
         return CameraView(batch, ref.camera, cam.mid_times[f], cam.R_world_camera[f], cam.rays, cam.lens)
 
+    def groups(self, frames: Sequence[FrameRef], max_cameras: int = 0) -> list[FrameGroup]:
+        """``frames`` in groups of frames recorded together (``group_frames``), at most
+        ``max_cameras`` in a group (0: no limit)."""
+        return group_frames(frames, [(c.width, c.height) for c in self.cameras], max_cameras)
+
+    def _level(self, camera: int, level: int) -> tuple[CameraBatch, torch.Tensor, torch.Tensor | None]:
+        """A camera's one-camera template, rays ``[H, W, 3]`` and lens mask at ``level`` (images
+        shrunk ``level`` times more than the stored ones)."""
+        key = (camera, level)
+        if key not in self._levels:
+            cam = self.cameras[camera]
+            if level == 1:
+                self._levels[key] = (cam.template, cam.rays, cam.lens)
+            else:
+                src = self.capture.cameras[cam.id]
+                g = camera_geometry(src.model, src.width, src.height, src.intrinsics, cam.shutter, self.device,
+                                    self.downscale * level)
+                self._levels[key] = (g.template, g.rays, g.lens)
+        return self._levels[key]
+
+    def camera_views(self, group: FrameGroup, level: int = 1) -> CameraViews:
+        """The group's frames as one batch, images shrunk ``level`` times (1: as stored).
+        Built once per (group, level) and kept: a step only looks it up."""
+        key = (group, level)
+        views = self._views.get(key)
+        if views is not None:
+            return views
+        parts = [self._level(ref.camera, level) for ref in group.frames]
+        templates = [p[0] for p in parts]
+
+        def stack(per_frame) -> torch.Tensor:
+            return torch.cat([per_frame(self.cameras[ref.camera], ref.frame) for ref in group.frames]).contiguous()
+
+        batch = dataclasses.replace(
+            templates[0], model=torch.cat([t.model for t in templates]), params=torch.cat([t.params for t in templates]),
+            shutter=torch.cat([t.shutter for t in templates]),
+            rot_start=stack(lambda c, f: c.rot_start[f:f + 1]), trans_start=stack(lambda c, f: c.trans_start[f:f + 1]),
+            rot_end=stack(lambda c, f: c.rot_end[f:f + 1]), trans_end=stack(lambda c, f: c.trans_end[f:f + 1]),
+            pinhole_global=all(t.pinhole_global for t in templates))
+        lenses = [p[2] for p in parts]
+        lens = None if all(m is None for m in lenses) else torch.stack(
+            [m if m is not None else torch.ones_like(parts[0][1][..., 0], dtype=torch.bool) for m in lenses])
+        views = CameraViews(
+            batch=batch,
+            camera_indices=torch.tensor([ref.camera for ref in group.frames], dtype=torch.long, device=self.device),
+            time=stack(lambda c, f: c.mid_times[f:f + 1]).mean(),
+            R_world_camera=stack(lambda c, f: c.R_world_camera[f:f + 1]),
+            rays_camera=torch.stack([p[1] for p in parts]), lens=lens)
+        self._views[key] = views
+        return views
+
+    def target_images(self, group: FrameGroup, level: int = 1) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The group's images as float in [0, 1] ``[C, H, W, 3]`` on the device (shrunk ``level``
+        times by averaging, as the loader shrinks them), and their masks ``[C, H, W]`` or None."""
+        images = [self.cameras[ref.camera].images[ref.frame] for ref in group.frames]
+        img = torch.stack(images).to(self.device, non_blocking=True).float() / 255.0  # [C, H, W, 3]
+        if level > 1:
+            img = torch.nn.functional.avg_pool2d(img.permute(0, 3, 1, 2), level).permute(0, 2, 3, 1).contiguous()
+        masks = [self.cameras[ref.camera].masks for ref in group.frames]
+        if all(m is None for m in masks):
+            return img, None
+        mask = torch.stack([m[ref.frame] if m is not None else torch.ones(img.shape[1] * level, img.shape[2] * level,
+                                                                           dtype=torch.bool, device=self.device)
+                            for m, ref in zip(masks, group.frames)])
+        if level > 1:  # a shrunk pixel counts only when all of the pixels it covers do
+            c, h, w = img.shape[:3]
+            mask = mask[:, :h * level, :w * level].reshape(c, h, level, w, level).all(4).all(2)
+        return img, mask
+
     def target_image(self, ref: FrameRef) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The frame's image as float in [0, 1] ``[H, W, 3]`` on the device, and its mask ``[H, W]`` or None."""
         cam = self.cameras[ref.camera]
@@ -321,7 +448,8 @@ class CaptureData:
         for ci, cam in enumerate(self.cameras):
             idx = [f.frame for f in self.train_frames if f.camera == ci]
             total = torch.zeros(3, dtype=torch.float64, device=self.device)
-            for i in idx:  # one frame at a time: all of them as floats may not fit
-                total += cam.images[i].to(self.device).double().mean(dim=(0, 1)) / 255.0
+            for k in range(0, len(idx), 32):  # a few frames at a time: all of them as floats may not fit
+                chunk = cam.images[idx[k:k + 32]].to(self.device)
+                total += chunk.double().mean(dim=(1, 2)).sum(0) / 255.0
             out.append(total / len(idx) if idx else torch.full((3,), 0.5, dtype=torch.float64, device=self.device))
         return torch.stack(out).float()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,12 +32,17 @@ def _lpips_status() -> str:
 
 @torch.no_grad()
 def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_sheet_rows: int = 8,
-             progress: Callable[[], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[int], None] | None = None,
+             clock: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """Held-out metrics (PSNR, SSIM, a mean-colour baseline; lidar range error and hit accuracy).
 
-    With ``out_dir``: writes ``eval/<camera>_<frame>.png`` (render | ground truth) and a
+    Frames render group by group (``CaptureData.eval_groups``: the cameras of one instant in one
+    call). With ``out_dir``: writes ``eval/<camera>_<frame>.png`` (render | ground truth) and a
     ``eval_sheet.png`` of up to ``max_sheet_rows`` of them, and range images of held-out sweeps.
+    ``progress`` is called with the number of views done since its last call; ``clock`` times
+    the parts (``nurec_usd.profiling.StageClock``).
     """
+    part = clock or (lambda _name: contextlib.nullcontext())
     renderer = SceneRenderer(scene)
     baseline_colours = data.mean_colors()
     per_frame, rows = [], []
@@ -51,45 +57,55 @@ def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_s
         pending.append(writer.submit(lambda: Image.fromarray(array).save(path, compress_level=1)))
 
     try:
-        on_sheet = set(spread_evenly(list(range(len(data.eval_frames))), max_sheet_rows))  # keep only those in memory
-        for i, ref in enumerate(data.eval_frames):
-            view = data.camera_view(ref)
-            target, mask = data.target_image(ref)
-            image = renderer.camera(view).image.clamp(0, 1)
-            if mask is not None:  # masked-out pixels count as perfect, in SSIM as in PSNR
-                image = torch.where(mask[..., None], image, target)
-            baseline = baseline_colours[ref.camera].expand_as(target)
-            cam = data.cameras[ref.camera]
-            row = {"camera": cam.id, "frame": ref.frame, "time_s": round(ref.time_s, 6),
-                   "psnr": float(psnr(image, target, mask)), "ssim": float(fast_ssim(image, target)),
-                   "baseline_psnr": float(psnr(baseline, target, mask))}
-            per_frame.append(row)
-            if out_dir is not None:
-                pair = np.concatenate((to_uint8(image), to_uint8(target)), axis=1)
-                save(pair, out_dir / "eval" / f"{cam.id}_{ref.frame:05d}.png")
-                if i in on_sheet:
-                    rows.append((f"{cam.id} #{ref.frame}  {row['psnr']:.1f} dB", pair))
-            if progress:
-                progress()
+        order = [ref for group in data.eval_groups for ref in group.frames]
+        on_sheet = set(spread_evenly(list(range(len(order))), max_sheet_rows))  # keep only those in memory
+        done = 0
+        with part("frames"):
+            for group in data.eval_groups:
+                target, mask = data.target_images(group)  # [C, H, W, 3], [C, H, W]
+                image = renderer.cameras(data.camera_views(group)).image.clamp(0, 1)
+                if mask is not None:  # masked-out pixels count as perfect, in SSIM as in PSNR
+                    image = torch.where(mask[..., None], image, target)
+                baseline = baseline_colours[data.camera_views(group).camera_indices][:, None, None, :].expand_as(target)
+                views = range(len(group.frames))
+                pick = (lambda m, c: None) if mask is None else (lambda m, c: m[c])  # noqa: E731
+                scores = torch.stack([torch.stack((psnr(image[c], target[c], pick(mask, c)), fast_ssim(image[c], target[c]),
+                                                   psnr(baseline[c], target[c], pick(mask, c)))) for c in views])
+                pairs = to_uint8(torch.cat((image, target), dim=2)) if out_dir is not None else None
+                for c, (ref, (p, ss, bp)) in enumerate(zip(group.frames, scores.tolist())):
+                    cam = data.cameras[ref.camera]
+                    row = {"camera": cam.id, "frame": ref.frame, "time_s": round(ref.time_s, 6),
+                           "psnr": p, "ssim": ss, "baseline_psnr": bp}
+                    per_frame.append(row)
+                    if pairs is not None:
+                        save(pairs[c], out_dir / "eval" / f"{cam.id}_{ref.frame:05d}.png")
+                        if done + c in on_sheet:
+                            rows.append((f"{cam.id} #{ref.frame}  {row['psnr']:.1f} dB", pairs[c]))
+                done += len(group.frames)
+                if progress:
+                    progress(len(group.frames))
         if out_dir is not None and rows:  # written while the sweeps render
             pending.append(writer.submit(contact_sheet, rows, out_dir / "eval_sheet.png"))
         lidar_rows = []
-        for ref in data.eval_sweeps:
-            batch, t = data.lidar_batch(ref)
-            true_range, _ = data.lidar_target(ref)
-            lid = renderer.lidar(batch, t)
-            pred = torch.where(lid.hit_prob > 0.5, lid.range, torch.zeros_like(lid.range))
-            lidar_rows.append({"lidar": data.lidars[ref.lidar].id, "sweep": ref.sweep,
-                               **lidar_errors(lid.range, lid.hit_prob, true_range)})
-            if out_dir is not None:
-                lidar = data.lidars[ref.lidar]
-                order = torch.argsort(lidar.template.elevation, descending=True)  # highest channel on top
-                both = torch.cat((pred[order], true_range[order]), 0)
-                save(range_picture(both, lidar.template.max_range), out_dir / "eval" / f"{lidar.id}_{ref.sweep:05d}_range.png")
-            if progress:
-                progress()
-        for job in pending:
-            job.result()  # re-raises a failed write
+        with part("sweeps"):
+            for ref in data.eval_sweeps:
+                batch, t = data.lidar_batch(ref)
+                true_range, _ = data.lidar_target(ref)
+                lid = renderer.lidar(batch, t)
+                pred = torch.where(lid.hit_prob > 0.5, lid.range, torch.zeros_like(lid.range))
+                lidar_rows.append({"lidar": data.lidars[ref.lidar].id, "sweep": ref.sweep,
+                                   **lidar_errors(lid.range, lid.hit_prob, true_range)})
+                if out_dir is not None:
+                    lidar = data.lidars[ref.lidar]
+                    order = torch.argsort(lidar.template.elevation, descending=True)  # highest channel on top
+                    both = torch.cat((pred[order], true_range[order]), 0)
+                    save(range_picture(both, lidar.template.max_range),
+                         out_dir / "eval" / f"{lidar.id}_{ref.sweep:05d}_range.png")
+                if progress:
+                    progress(1)
+        with part("pictures (after rendering)"):
+            for job in pending:
+                job.result()  # re-raises a failed write
     finally:
         writer.shutdown(wait=True)  # no write may outlive the call (the folder may be removed next)
     return summarise(per_frame, lidar_rows)

@@ -8,23 +8,26 @@ import torch.nn.functional as F
 from nurec_usd.train.fused_ssim import fast_ssim
 
 
-def image_loss(image: torch.Tensor,  # [H, W, 3] rendered
-               target: torch.Tensor,  # [H, W, 3]
-               mask: torch.Tensor | None,  # [H, W] bool or None
+def image_loss(image: torch.Tensor,  # [H, W, 3] or [C, H, W, 3] rendered
+               target: torch.Tensor,  # the same shape
+               mask: torch.Tensor | None,  # [H, W] / [C, H, W] bool or None
                ssim_weight: float) -> torch.Tensor:  # []
     """(1 - w) L1 + w (1 - SSIM), the usual 3DGS photometric loss; masked pixels take the target's value.
 
+    For C views (``[C, H, W, 3]``) the loss is the sum of the views' losses, so each view's
+    Gaussians get the gradient a step of that view alone would give them.
     The SSIM is :func:`fast_ssim`: the Warp kernels on a GPU (the torch version's grouped
     convolutions took about a quarter of a drive30 step on an H200), the torch version on the CPU.
     """
     if mask is not None:
         m = mask[..., None]
         image = torch.where(m, image, target)
-    l1 = (image - target).abs().mean()
+    views = image.shape[0] if image.dim() == 4 else 1
+    l1 = (image - target).abs().mean() * views
     if ssim_weight <= 0:
         return l1
-    similarity = fast_ssim(image, target)
-    return (1 - ssim_weight) * l1 + ssim_weight * (1 - similarity)
+    similarity = fast_ssim(image, target)  # the mean over the views
+    return (1 - ssim_weight) * l1 + ssim_weight * (1 - similarity) * views
 
 
 def lidar_loss(pred_range: torch.Tensor,  # [C, W] rendered expected range

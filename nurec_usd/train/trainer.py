@@ -1,15 +1,24 @@
-"""The reconstruction loop: interpolate(t) -> render camera and lidar -> losses -> backward -> fused Adam.
+"""The reconstruction loop: interpolate(t) -> render cameras and lidar -> losses -> backward -> fused Adam.
 
-A step reads nothing back from the device: the frame and sweep are chosen on the host, the
+A step takes a group of frames recorded together (every camera's frame of one instant, in one
+render call: ``cameras_per_step``) and ``sweeps_per_step`` lidar sweeps. Its losses are the
+sum over its camera views, and the lidar and regularising terms are weighted by the number of
+views, so a step of C views gives the gradient of C one-view steps.
+
+The schedule (learning-rate decay, SH degree, refinements, the coarse-to-fine switch) follows
+the run's progress: the fraction of the steps done, or with a time budget the fraction of the
+budget spent, so that a run cut short by its budget still completes its schedule.
+
+A step reads nothing back from the device: the frames and sweeps are chosen on the host, the
 intersection buffers have fixed capacities sized from earlier steps' counts (copied back
 without blocking), and losses stay on the device. Every ``log_interval`` steps the loss and
-PSNR are read back (one sync) for the progress bar, the divergence check and the log; every
-``refine_interval`` steps the relocation and growth run (they sync: the number of dead
-Gaussians sizes their work).
+PSNR are read back (one sync) for the progress bar, the divergence check and the log; at each
+refinement the relocation and growth run (they sync: the number of dead Gaussians sizes their work).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -17,13 +26,14 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from nurec_usd.profiling import StepProfiler
 from nurec_usd.render.camera import IntersectionCapacity, RenderSettings
 from nurec_usd.render.lidar import LidarRenderSettings
 from nurec_usd.scene.gaussians import GaussianParams, Scene
 from nurec_usd.scene.render import SceneRenderer
 from nurec_usd.train.adam import FusedAdam
 from nurec_usd.train.config import TrainConfig
-from nurec_usd.train.data import CaptureData
+from nurec_usd.train.data import CaptureData, FrameGroup
 from nurec_usd.train.densify import perturb_transparent, relocate_and_grow
 from nurec_usd.train.losses import image_loss, lidar_loss, regularisers
 from nurec_usd.train.metrics import psnr
@@ -52,7 +62,8 @@ class Trainer:
               "sh0": "lr_sh0", "shN": "lr_shN", "intensity_logits": "lr_intensity"}
 
     def __init__(self, scene: Scene, data: CaptureData, config: TrainConfig,
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None, profiler: StepProfiler | None = None):
+        """``profiler``: times the parts of a window of steps (``nurec_usd.profiling``); None: off."""
         if not data.train_frames:
             raise ValueError("the capture has no camera frames to train on (all are held out, or there are none)")
         self.scene, self.data, self.cfg = scene, data, config
@@ -64,28 +75,52 @@ class Trainer:
         scene.actors = _as_parameters(scene.actors)
         scene.sky = torch.nn.Parameter(scene.sky.detach().contiguous())
         scene.exposure = torch.nn.Parameter(scene.exposure.detach().contiguous())
+        self.groups = data.groups(data.train_frames, config.cameras_per_step)
+        self.lr_scale, betas = self._batch_rule(sum(len(g.frames) for g in self.groups) / len(self.groups))
         groups = []
         for set_name in ("static", "actors"):
             for name, lr_key in self.GROUPS.items():
-                groups.append({"params": [getattr(getattr(scene, set_name), name)], "lr": getattr(config, lr_key),
-                               "name": f"{set_name}.{name}"})
-        groups.append({"params": [scene.sky], "lr": config.lr_sky, "name": "sky"})
-        groups.append({"params": [scene.exposure], "lr": config.lr_exposure, "name": "exposure"})
+                groups.append({"params": [getattr(getattr(scene, set_name), name)],
+                               "lr": getattr(config, lr_key) * self.lr_scale, "name": f"{set_name}.{name}"})
+        groups.append({"params": [scene.sky], "lr": config.lr_sky * self.lr_scale, "name": "sky"})
+        groups.append({"params": [scene.exposure], "lr": config.lr_exposure * self.lr_scale, "name": "exposure"})
         if config.refine_tracks and scene.tracks:
             k = sum(len(t.times) for t in scene.tracks)
             scene.pose_corrections = tuple(torch.nn.Parameter(torch.zeros(k, 3, device=self.device)) for _ in range(2))
-            groups.append({"params": list(scene.pose_corrections), "lr": config.lr_track, "name": "tracks"})
-        self.optimizer = FusedAdam(groups)
+            groups.append({"params": list(scene.pose_corrections), "lr": config.lr_track * self.lr_scale,
+                           "name": "tracks"})
+        self.optimizer = FusedAdam(groups, betas=betas)
         self.renderer = SceneRenderer(scene, actor_motion=config.lidar_actor_motion)
         self.exact = self.device.type != "cuda"  # on the CPU a host read costs nothing: size buffers exactly
-        self.cam_capacity = IntersectionCapacity(initial=1 << 22)
-        self.lidar_capacity = IntersectionCapacity(initial=1 << 22)
-        self._last_camera: Any = None  # the latest renders (their exact counts size the buffers after step 0)
-        self._last_lidar: Any = None
-        self._frame_order: list[int] = []
+        # one capacity per kind of render (camera set and level, or lidar): their counts differ
+        self.capacities: dict[tuple, IntersectionCapacity] = {}
+        self._last: dict[tuple, Any] = {}  # the latest render of each kind (its exact count sizes the buffer)
+        self._fresh: list[tuple] = []  # kinds first rendered in this step: sized exactly, then synced once
+        self._group_order: list[int] = []
         self._sweep_order: list[int] = []
+        self.prof = profiler or StepProfiler(self.device, 0, enabled=False)
+        self.progress = 0.0  # fraction of the run done (steps, or the time budget)
         self.max_gaussians = config.max_gaussians
         self.position_scale = float(scene.metadata.get("position_scale", 1.0))  # see initialize_scene
+
+    def _batch_rule(self, views: float) -> tuple[float, tuple[float, float]]:
+        """Adam's learning-rate factor and betas for steps of ``views`` camera views each.
+
+        The learning rates are tuned for one view a step. A step of C views holds the gradients of
+        C such steps, and most Gaussians are seen by one camera of an instant, so a batch must
+        move them as C one-view steps would: with ``lr_batch_scale`` "sqrt" (the rule for Adam when
+        the views' gradients are independent) the rates grow by sqrt(C) and the betas become
+        beta^C, so that the moments forget at the same rate per view; "linear" grows the rates by
+        C (the same betas); "none" leaves both.
+        """
+        rule = self.cfg.lr_batch_scale
+        if rule == "none" or views <= 1:
+            return 1.0, (0.9, 0.999)
+        if rule == "sqrt":
+            return math.sqrt(views), (0.9 ** views, 0.999 ** views)
+        if rule == "linear":
+            return views, (0.9, 0.999)
+        raise ValueError(f"lr_batch_scale must be 'none', 'sqrt' or 'linear', got {rule!r}")
 
     # -- sampling (host only) --------------------------------------------------------------
 
@@ -96,64 +131,95 @@ class Trainer:
 
     # -- one step --------------------------------------------------------------------------
 
-    def _settings(self, step: int) -> tuple[RenderSettings | None, LidarRenderSettings | None]:
-        if self.exact or step == 0:  # the first step sizes the buffers exactly (one sync)
-            return None, None
-        cam = self.cam_capacity.settings(depth=False)  # the losses use no camera depth
-        self.lidar_capacity.settings()
-        return cam, LidarRenderSettings(capacity=self.lidar_capacity.capacity)
+    def _settings(self, kind: tuple, make: Callable[[int], Any]) -> Any:
+        """Render settings for a kind of render: None (exact size, one sync) the first time or on
+        the CPU; else a fixed capacity grown from earlier counts."""
+        if self.exact:
+            return None
+        cap = self.capacities.get(kind)
+        if cap is None:
+            self.capacities[kind] = IntersectionCapacity(initial=1 << 22)
+            self._fresh.append(kind)
+            return None
+        return make(cap.settings().capacity)
+
+    def _observe(self, kind: tuple, render: Any) -> None:
+        self._last[kind] = render
+        if not self.exact:
+            self.capacities[kind].observe(render)
+
+    def level(self) -> int:
+        """How many times smaller than stored the images are rendered now (the coarse-to-fine schedule)."""
+        cfg = self.cfg
+        return cfg.coarse_downscale if self.progress < cfg.coarse_fraction and cfg.coarse_downscale > 1 else 1
 
     def step(self, step: int) -> dict[str, torch.Tensor]:
         """One optimisation step; returns device tensors (loss, psnr, overflow)."""
-        cfg, data, scene = self.cfg, self.data, self.scene
-        cam_settings, lidar_settings = self._settings(step)
-        ref = data.train_frames[self._next(self._frame_order, len(data.train_frames))]
-        view = data.camera_view(ref)
-        target, mask = data.target_image(ref)
-        out = self.renderer.camera(view, cam_settings)
-        loss = image_loss(out.image, target, mask, cfg.ssim_weight)
-        overflow = out.raw.overflow.int()
-        self.cam_capacity.observe(out.raw)
-        self._last_camera = out.raw
+        cfg, data, scene, prof = self.cfg, self.data, self.scene, self.prof
+        with prof.part("frames"):
+            group: FrameGroup = self.groups[self._next(self._group_order, len(self.groups))]
+            level = self.level()
+            views = data.camera_views(group, level)
+            target, mask = data.target_images(group, level)
+            kind = ("camera", level, tuple(ref.camera for ref in group.frames))
+            settings = self._settings(kind, lambda c: RenderSettings(capacity=c, depth=False))
+        with prof.part("camera forward"):
+            out = self.renderer.cameras(views, settings)
+        with prof.part("camera loss"):
+            n_views = len(group.frames)
+            loss = image_loss(out.image, target, mask, cfg.ssim_weight)
+            overflow = out.raw.overflow.int()
+            self._observe(kind, out.raw)
         if cfg.lidar_every and data.train_sweeps and step % cfg.lidar_every == 0:
-            sref = data.train_sweeps[self._next(self._sweep_order, len(data.train_sweeps))]
-            batch, t = data.lidar_batch(sref)
-            true_range, true_int = data.lidar_target(sref)
-            lid = self.renderer.lidar(batch, t, lidar_settings)
-            loss = loss + lidar_loss(lid.range, lid.hit_prob, lid.intensity, true_range, true_int,
-                                     cfg.lidar_range_weight, cfg.lidar_hit_weight, cfg.lidar_intensity_weight)
-            overflow = overflow + lid.overflow.int()
-            self.lidar_capacity.observe(lid)
-            self._last_lidar = lid
-        s, a = scene.static, scene.actors
-        loss = loss + regularisers(torch.cat((s.opacity_logits, a.opacity_logits)),
-                                   torch.cat((s.log_scales, a.log_scales)), cfg.opacity_reg, cfg.scale_reg)
-        # A render that overflowed its intersection buffer lost Gaussians (the last ones: actors
-        # and new ones first): such a step contributes no gradient (decided on the device).
-        applied = loss * (overflow.sum() == 0).to(loss.dtype)
-        self.optimizer.zero_grad(set_to_none=True)
-        applied.backward()
-        self.optimizer.step()
-        decay = self._lr_factor(step)
-        for p in (scene.static, scene.actors):
-            perturb_transparent(p, cfg.noise_scale * decay, cfg.dead_opacity, self.gen)
-        with torch.no_grad():
-            quality = psnr(out.image.detach().clamp(0, 1), target, mask)
+            weight = n_views / cfg.sweeps_per_step  # as many views' worth of lidar as the step has camera views
+            for _ in range(cfg.sweeps_per_step):
+                with prof.part("lidar forward"):
+                    sref = data.train_sweeps[self._next(self._sweep_order, len(data.train_sweeps))]
+                    batch, t = data.lidar_batch(sref)
+                    true_range, true_int = data.lidar_target(sref)
+                    lkind = ("lidar", sref.lidar)
+                    lset = self._settings(lkind, lambda c: LidarRenderSettings(capacity=c))
+                    lid = self.renderer.lidar(batch, t, lset)
+                with prof.part("lidar loss"):
+                    loss = loss + weight * lidar_loss(lid.range, lid.hit_prob, lid.intensity, true_range, true_int,
+                                                      cfg.lidar_range_weight, cfg.lidar_hit_weight,
+                                                      cfg.lidar_intensity_weight)
+                    overflow = overflow + lid.overflow.int()
+                    self._observe(lkind, lid)
+        with prof.part("regularisers"):
+            s, a = scene.static, scene.actors
+            loss = loss + n_views * regularisers(torch.cat((s.opacity_logits, a.opacity_logits)),
+                                                 torch.cat((s.log_scales, a.log_scales)), cfg.opacity_reg,
+                                                 cfg.scale_reg)
+            # A render that overflowed its intersection buffer lost Gaussians (the last ones: actors
+            # and new ones first): such a step contributes no gradient (decided on the device).
+            applied = loss * (overflow.sum() == 0).to(loss.dtype)
+        with prof.part("backward"):
+            self.optimizer.zero_grad(set_to_none=True)
+            applied.backward()
+        with prof.part("adam"):
+            self.optimizer.step()
+        with prof.part("perturb"):
+            decay = self._lr_factor()
+            for p in (scene.static, scene.actors):
+                perturb_transparent(p, cfg.noise_scale * decay, cfg.dead_opacity, self.gen)
+            with torch.no_grad():
+                quality = psnr(out.image.detach().clamp(0, 1), target, mask)
         return {"loss": loss.detach(), "psnr": quality, "overflow": overflow.sum()}
 
-    def _lr_factor(self, step: int) -> float:
+    def _lr_factor(self) -> float:
         """Exponential decay of the position learning rate: 1 at the start, 0.01 at the end."""
-        return 0.01 ** (step / max(1, self.cfg.steps - 1))
+        return 0.01 ** min(1.0, self.progress)
 
-    def _schedule(self, step: int) -> None:
+    def _schedule(self) -> None:
         cfg = self.cfg
-        factor = self._lr_factor(step)
+        factor = self._lr_factor()
         for group in self.optimizer.param_groups:
             if group["name"].endswith(".means"):
-                group["lr"] = cfg.lr_means * self.position_scale * factor
-        self.scene.sh_degree = min(cfg.sh_degree, step // max(1, cfg.sh_interval))
+                group["lr"] = cfg.lr_means * self.position_scale * factor * self.lr_scale
+        self.scene.sh_degree = min(cfg.sh_degree, int(self.progress / max(cfg.sh_step_fraction, 1e-9)))
 
-    def _refine(self, step: int) -> dict[str, int]:
+    def _refine(self) -> dict[str, int]:
         cfg, scene = self.cfg, self.scene
         total = scene.num_gaussians
         room = max(0, self.max_gaussians - total)
@@ -167,6 +233,14 @@ class Trainer:
         return {"relocated": s_stats["relocated"] + a_stats["relocated"], "added": s_stats["added"]}
 
     # -- the loop --------------------------------------------------------------------------
+
+    def _read_back(self, pending: list[dict[str, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+        """The pending steps' losses and PSNRs on the host, their overflow count, and how many
+        parameter values are not finite (one synchronisation)."""
+        losses = torch.stack([p["loss"] for p in pending]).cpu()
+        psnrs = torch.stack([p["psnr"] for p in pending]).cpu()
+        overflowed = int(torch.stack([p["overflow"] for p in pending]).sum())
+        return losses, psnrs, overflowed, int(self._nonfinite_parameters())
 
     def _nonfinite_parameters(self) -> torch.Tensor:  # [] on the device
         """How many parameter values are NaN or infinite (NaN means can hide behind a finite loss:
@@ -193,34 +267,42 @@ class Trainer:
         overflows = 0
         pending: list[dict[str, torch.Tensor]] = []
         status, message, done = "completed", f"{cfg.steps} steps", 0
-        refine_stop = int(cfg.steps * cfg.refine_stop_fraction)
-        # short runs still refine: start by a fifth of the steps at the latest
-        refine_start = min(cfg.refine_start, cfg.steps // 5)
+        next_refine = cfg.refine_start_fraction
         last_log = 0
+        prof = self.prof
         try:
             for step in range(cfg.steps):
-                self._schedule(step)
+                elapsed = time.monotonic() - start
+                self.progress = step / cfg.steps if budget_s is None else max(step / cfg.steps, elapsed / budget_s)
+                prof.begin_step(step)
+                self._schedule()
                 pending.append(self.step(step))
-                if step == 0 and not self.exact:  # size the buffers from the first step's exact counts
-                    self.cam_capacity.sync_grow(self._last_camera)
-                    if self._last_lidar is not None:
-                        self.lidar_capacity.sync_grow(self._last_lidar)
+                for kind in self._fresh:  # size new buffers from their first exact counts (one sync)
+                    self.capacities[kind].sync_grow(self._last[kind])
+                self._fresh.clear()
                 done = step + 1
-                if refine_start <= step < refine_stop and step % cfg.refine_interval == 0 and step > 0:
-                    before = scene.num_gaussians
-                    stats = self._refine(step)
-                    self.renderer = SceneRenderer(scene, actor_motion=cfg.lidar_actor_motion)
-                    self._grow_capacities(scene.num_gaussians / max(1, before))
-                    history.append({"step": done, "event": "refine", **stats, "gaussians": scene.num_gaussians})
+                if self.progress >= next_refine:
+                    if self.progress < cfg.refine_stop_fraction and step > 0:
+                        with prof.part("refine"):
+                            before = scene.num_gaussians
+                            stats = self._refine()
+                            self.renderer = SceneRenderer(scene, actor_motion=cfg.lidar_actor_motion)
+                            self._grow_capacities(scene.num_gaussians / max(1, before))
+                        history.append({"step": done, "event": "refine", **stats, "gaussians": scene.num_gaussians})
+                    while next_refine <= self.progress:  # one refinement however far progress jumped
+                        next_refine += max(cfg.refine_every_fraction, 1e-9)
                 at_log = done % cfg.log_interval == 0 or done == cfg.steps
                 over_budget = budget_s is not None and time.monotonic() - start >= budget_s
-                if not (at_log or over_budget):
+                read = None
+                if at_log or over_budget:
+                    with prof.part("log (sync)"):
+                        read = self._read_back(pending)
+                    pending.clear()
+                prof.end_step(step)
+                if read is None:
                     continue
-                losses = torch.stack([p["loss"] for p in pending]).cpu()
-                psnrs = torch.stack([p["psnr"] for p in pending]).cpu()
-                overflows += int(torch.stack([p["overflow"] for p in pending]).sum())
-                nonfinite = int(self._nonfinite_parameters())
-                pending.clear()
+                losses, psnrs, overflowed, nonfinite = read
+                overflows += overflowed
                 if not bool(torch.isfinite(losses).all()) or nonfinite:
                     what = (f"the loss became {float(losses[~torch.isfinite(losses)][0])}"
                             if not bool(torch.isfinite(losses).all()) else f"{nonfinite} parameter values became "
@@ -262,7 +344,8 @@ class Trainer:
         intersection counts scaled by the growth, so that the next steps do not overflow."""
         if self.exact:
             return
-        for cap, render in ((self.cam_capacity, self._last_camera), (self.lidar_capacity, self._last_lidar)):
+        for kind, cap in self.capacities.items():
+            render = self._last.get(kind)
             if render is not None and factor > 1:
                 cap.grow_to(int(int(render.intersections.item()) * factor))
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from nurec_usd.train.config import make_config, option_names
+from nurec_usd.train.config import PRESETS, make_config, option_names
 
 
 def test_overrides_land_in_train_and_init_with_their_option_types():
@@ -17,7 +17,7 @@ def test_overrides_land_in_train_and_init_with_their_option_types():
     assert cfg.train.lidar_range_weight == 2.0 and type(cfg.train.lidar_range_weight) is float
     assert cfg.init.voxel_m == 0.2 and cfg.train.refine_tracks is True and math.isnan(cfg.train.lr_means)
     assert cfg.init.max_points == 5000
-    assert make_config("fast", steps=None).train.steps == 3000  # None: the preset's value
+    assert make_config("fast", steps=None).train.steps == PRESETS["fast"]["train"]["steps"]  # None: the preset's
     assert make_config("fast").train.lidar_actor_motion is True
     assert make_config("fast", lidar_actor_motion=False).train.lidar_actor_motion is False
 
