@@ -234,7 +234,7 @@ def initial_scene(capture: Capture, data: CaptureData, init: InitConfig,
     # the decoded images serve the colouring only at full size
     images = data.image_of if data.downscale == 1 else None
     return initialize_scene(capture, sweeps, frames, init, data.device, log=log, intensity_scale=data.intensity_scale,
-                            images=images, clock=clock)
+                            images=images, clock=clock, sweep_points=data.sweep_points)
 
 
 def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_s: float | None = None,
@@ -333,6 +333,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
 
             scene.metadata["rig"] = describe_rig(cap)  # export and replay read the sensors from the scene
             num_gaussians = scene.num_gaussians
+            data.release_sweep_points()
         say(f"initial scene: {len(scene.static):,} static + {len(scene.actors):,} actor Gaussians "
             f"({clock.seconds('init'):.1f} s)")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -48,12 +48,15 @@ def _poses_at(traj: PoseTrajectory, times: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def lidar_world_points(capture: Capture, sweeps: list[tuple[str, int]], device: torch.device | str = "cpu",
-                       progress: Callable[[], None] | None = None, chunk_points: int = 4_000_000
+                       progress: Callable[[], None] | None = None, chunk_points: int = 4_000_000,
+                       loaded: Mapping[tuple[str, int], Any] | None = None,
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Points of the given sweeps in the world, each placed with the rig pose at its firing time.
 
-    Sweeps are read ahead in threads and placed in chunks of about ``chunk_points`` points
-    (one pose interpolation per chunk rather than per sweep).
+    Sweeps are taken from ``loaded`` (``(lidar id, index)`` -> ``points``, ``intensity``,
+    ``times_s`` tensors, as ``CaptureData.sweep_points`` keeps them) or read ahead in threads,
+    and placed in chunks of about ``chunk_points`` points (one pose interpolation per chunk
+    rather than per sweep). Points outside the lidar's range limits are left out.
 
     Returns world points ``[N, 3]`` float64, intensities ``[N]`` and times ``[N]`` (seconds), on ``device``.
     """
@@ -61,14 +64,14 @@ def lidar_world_points(capture: Capture, sweeps: list[tuple[str, int]], device: 
 
     rig = capture.rig_trajectory(device)
     pts, inten, times = [], [], []
-    pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per sweep: lidar-frame points, intensities, times
+    pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # per sweep: lidar-frame points, intensities, times
     lidar_of: list[str] = []
 
     def place() -> None:
         # one chunk's sweeps (of any lidars) into the world with the rig pose at each point's time
-        p = torch.from_numpy(np.concatenate([x[0] for x in pending])).to(device)
-        t = torch.from_numpy(np.concatenate([x[2] for x in pending])).to(device)
-        i = torch.from_numpy(np.concatenate([x[1] for x in pending])).to(device)
+        p = torch.cat([x[0].to(device) for x in pending])
+        t = torch.cat([x[2].to(device) for x in pending])
+        i = torch.cat([x[1].to(device) for x in pending])
         T_rig, idx = _poses_at(rig, t)
         T_world_lidar = {lid: T_rig @ torch.as_tensor(capture.lidars[lid].T_rig_lidar, dtype=torch.float64,
                                                       device=device) for lid in set(lidar_of)}
@@ -84,18 +87,24 @@ def lidar_world_points(capture: Capture, sweeps: list[tuple[str, int]], device: 
         pending.clear()
         lidar_of.clear()
 
-    def read(item: tuple[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def read(item: tuple[str, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         lidar_id, index = item
         lidar = capture.lidars[lidar_id]
-        sweep = lidar.load_sweep(index)
-        p = np.asarray(sweep.points, dtype=np.float64)
-        rng = np.linalg.norm(p, axis=-1)
-        keep = (rng >= lidar.min_range_m) & (rng <= lidar.max_range_m) & np.isfinite(rng)
-        return (p[keep], np.asarray(sweep.intensity, dtype=np.float64)[keep],
-                np.asarray(capture.seconds(sweep.timestamps_us), dtype=np.float64)[keep])
+        if loaded is not None and item in loaded:
+            sweep = loaded[item]
+            p, i, t = sweep.points.double(), sweep.intensity.double(), sweep.times_s
+        else:
+            sweep = lidar.load_sweep(index)
+            p = torch.from_numpy(np.asarray(sweep.points, dtype=np.float64))
+            i = torch.from_numpy(np.asarray(sweep.intensity, dtype=np.float64))
+            t = torch.from_numpy(np.asarray(capture.seconds(sweep.timestamps_us), dtype=np.float64))
+        rng = p.norm(dim=-1)
+        keep = (rng >= lidar.min_range_m) & (rng <= lidar.max_range_m) & torch.isfinite(rng)
+        return p[keep], i[keep], t[keep]
 
     count = 0
-    for (lidar_id, _), sweep in zip(sweeps, prefetched(read, sweeps)):
+    source = map(read, sweeps) if loaded is not None else prefetched(read, sweeps)
+    for (lidar_id, _), sweep in zip(sweeps, source):
         pending.append(sweep)
         lidar_of.append(lidar_id)
         count += sweep[0].shape[0]
@@ -266,13 +275,14 @@ def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: t
         gw, gh = -(-cam.width // cell), -(-cam.height // cell)
         cu = (uv[:, 0] + 0.5).floor().clamp(0, cam.width - 1).long()
         cv = (uv[:, 1] + 0.5).floor().clamp(0, cam.height - 1).long()
-        key = (cv // cell) * gw + (cu // cell)
-        zbuf = torch.full((gw * gh,), float("inf"), dtype=depth.dtype, device=device)
-        zbuf.scatter_reduce_(0, key[valid], depth[valid], reduce="amin")
+        # masks rather than boolean indexing: no host synchronisation per frame
+        key = torch.where(valid, (cv // cell) * gw + (cu // cell), gw * gh)  # invalid points: a spare cell
+        zbuf = torch.full((gw * gh + 1,), float("inf"), dtype=depth.dtype, device=device)
+        zbuf.scatter_reduce_(0, key, torch.where(valid, depth, torch.full_like(depth, float("inf"))), reduce="amin")
         seen = valid & (depth <= zbuf[key] * 1.05 + 0.2)
-        img = images(cam_id, fi).to(device).float() / 255.0
-        acc[seen] += img[cv[seen], cu[seen]]
-        cnt[seen] += 1
+        colour = images(cam_id, fi).to(device)[cv, cu].float() / 255.0
+        acc += torch.where(seen[:, None], colour, torch.zeros_like(colour))
+        cnt += seen.to(cnt.dtype)
     rgb = torch.where(cnt[:, None] > 0, acc / cnt.clamp_min(1)[:, None], torch.full_like(acc, 0.5))
     parts = list(torch.split(rgb, sizes))
     return parts[0], parts[1:]
@@ -352,13 +362,15 @@ def seed_empty_actors(actor_pts: list[torch.Tensor], tracks: list[ActorTrack], c
 def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], train_frames: list[tuple[str, int]],
                      config: InitConfig, device: torch.device | str,
                      log: Callable[[str], None] | None = None, intensity_scale: float | None = None,
-                     images: ImageSource | None = None, clock: Callable[[str], Any] | None = None) -> Scene:
+                     images: ImageSource | None = None, clock: Callable[[str], Any] | None = None,
+                     sweep_points: Mapping[tuple[str, int], Any] | None = None) -> Scene:
     """The initial scene of a capture, built from its training sweeps and frames only.
 
     ``intensity_scale``: lidar intensities are divided by it (as the training targets are);
     None: the 99th percentile of the points used here. ``images``: the frames, already decoded
     at full size (default: decoded from the files). ``clock``: times the parts
-    (a ``nurec_usd.profiling.StageClock``).
+    (a ``nurec_usd.profiling.StageClock``). ``sweep_points``: the sweeps, already read
+    (``lidar_world_points``' ``loaded``; default: read from the files).
     """
     say = log or (lambda _m: None)
     part = clock or (lambda _name: contextlib.nullcontext())
@@ -372,7 +384,7 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
     sfm = capture.metadata.get("sfm_points") if isinstance(capture.metadata, dict) else None
     if train_sweeps:
         with part("place points"):
-            pts, inten, times = lidar_world_points(capture, train_sweeps, device)
+            pts, inten, times = lidar_world_points(capture, train_sweeps, device, loaded=sweep_points)
         say(f"accumulated {pts.shape[0]:,} lidar points from {len(train_sweeps)} sweeps")
         if pts.shape[0] == 0:
             raise ValueError("the capture's training sweeps hold no points inside the lidars' range limits")

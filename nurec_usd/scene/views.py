@@ -78,9 +78,10 @@ def camera_geometry(model: str, width: int, height: int, intrinsics: dict, shutt
     template = CameraBatch.create([model], [intr], width, height, eye, eye, [shutter]).to(torch.float32)
     template = dataclasses.replace(template, model=template.model.to(device), params=template.params.to(device),
                                    shutter=template.shutter.to(device))
-    cam = camera_model(model, width, height, intr, dtype=torch.float64)
-    v, u = torch.meshgrid(torch.arange(height, dtype=torch.float64), torch.arange(width, dtype=torch.float64),
-                          indexing="ij")
+    # every pixel's ray, computed where it is used (float64: the unprojections iterate)
+    cam = camera_model(model, width, height, intr, dtype=torch.float64, device=device)
+    v, u = torch.meshgrid(torch.arange(height, dtype=torch.float64, device=device),
+                          torch.arange(width, dtype=torch.float64, device=device), indexing="ij")
     uv = torch.stack((u, v), -1)
     rays = cam.unproject(uv)
     rays = rays / rays.norm(dim=-1, keepdim=True).clamp_min(1e-12)

@@ -39,6 +39,7 @@ from nurec_usd.scene.views import camera_geometry, sensor_poses
 # rendered together: rigs trigger their cameras together (their frames share a timestamp), and
 # the actors of a group are placed at one time, so a wider window would misplace them.
 GROUP_TOLERANCE_S = 0.010
+RANGE_IMAGE_BATCH = 16  # sweeps turned into range images in one pass
 from nurec_usd.sensors.se3 import PoseTrajectory
 
 
@@ -185,24 +186,52 @@ def range_image(points: np.ndarray,  # [N, 3] lidar frame
                 lidar_model, channels: int, columns: int,
                 device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """The measured sweep as a range image ``[C, W]`` (nearest return per ray; 0: none) and its intensities."""
-    p = torch.from_numpy(np.ascontiguousarray(points, dtype=np.float64)).to(device)
+    r, i = range_images([_sweep_tensors(points, intensity, channel, device)], lidar_model, channels, columns)
+    return r[0], i[0]
+
+
+def _sweep_tensors(points, intensity, channel, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A sweep's points ``[N, 3]``, intensities ``[N]`` and channels ``[N]`` as tensors on ``device``."""
+    return (torch.from_numpy(np.ascontiguousarray(points, dtype=np.float32)).to(device),
+            torch.from_numpy(np.ascontiguousarray(intensity, dtype=np.float32)).to(device),
+            torch.from_numpy(np.asarray(channel, dtype=np.int64)).to(device))
+
+
+def range_images(sweeps: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],  # (points [N, 3], intensity [N], channel [N])
+                 lidar_model, channels: int, columns: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Several sweeps of one lidar as range images ``[S, C, W]`` and their intensities, in one pass
+    (a sweep alone is a few small kernels: batching them keeps the GPU busy)."""
+    device = sweeps[0][0].device
+    counts = torch.tensor([len(sw[0]) for sw in sweeps], device=device)
+    p = torch.cat([sw[0] for sw in sweeps]).double()
+    ch = torch.cat([sw[2] for sw in sweeps])
+    which = torch.repeat_interleave(torch.arange(len(sweeps), device=device), counts)
     az, _, rng = lidar_model.spherical(p)
-    ch = torch.from_numpy(np.asarray(channel, dtype=np.int64)).to(device)
     ok = (ch >= 0) & (ch < channels) & (rng >= lidar_model.min_range_m) & (rng <= lidar_model.max_range_m)
     # the column from the point's own channel's azimuth offset (the renderer's rays have them too)
     offset = torch.deg2rad(lidar_model.azimuth_offset_deg.to(device=device, dtype=torch.float64))
     turns = lidar_model.sign * (az - offset[ch.clamp(0, channels - 1)]
                                 - math.radians(lidar_model.start_azimuth_deg)) / (2 * math.pi)
     col = torch.remainder(torch.round(turns * columns).long(), columns)
-    flat = (ch * columns + col)[ok]
-    best = torch.full((channels * columns,), float("inf"), dtype=torch.float64, device=device)
+    flat = ((which * channels + ch) * columns + col)[ok]
+    size = len(sweeps) * channels * columns
+    best = torch.full((size,), float("inf"), dtype=torch.float64, device=device)
     best.scatter_reduce_(0, flat, rng[ok], reduce="amin")
     # the intensity of the point that gave the nearest range
     winner = rng[ok] <= best[flat]
-    inten = torch.zeros(channels * columns, dtype=torch.float64, device=device)
-    inten[flat[winner]] = torch.from_numpy(np.asarray(intensity, dtype=np.float64)).to(device)[ok][winner]
+    inten = torch.zeros(size, dtype=torch.float64, device=device)
+    inten[flat[winner]] = torch.cat([sw[1] for sw in sweeps]).double()[ok][winner]
     best = torch.where(torch.isinf(best), torch.zeros_like(best), best)
-    return best.view(channels, columns).float(), inten.view(channels, columns).float()
+    return best.view(-1, channels, columns).float(), inten.view(-1, channels, columns).float()
+
+
+@dataclass
+class SweepPoints:
+    """A training sweep's points as read, kept for the initialisation (which places them in the world)."""
+
+    points: torch.Tensor  # [N, 3] float32, lidar frame (every point of the file)
+    intensity: torch.Tensor  # [N] float32, as recorded
+    times_s: torch.Tensor  # [N] float64, each point's firing time, seconds since the capture start
 
 
 class CaptureData:
@@ -238,6 +267,8 @@ class CaptureData:
         self.frames: list[FrameRef] = []
         self.lidars: list[LidarData] = []
         self.sweeps: list[SweepRef] = []
+        # the training sweeps' points, by (lidar id, sweep index), until release_sweep_points()
+        self.sweep_points: dict[tuple[str, int], SweepPoints] = {}
         with part("cameras"):
             for ci, cam in enumerate(capture.cameras.values()):
                 self.cameras.append(self._camera(cam, rig))  # before the decoding threads start: they slow the host
@@ -310,15 +341,27 @@ class CaptureData:
         q0, p0, q1, p1 = sensor_poses(rig.at(t0) @ T_rig_lidar, rig.at(t0 + period) @ T_rig_lidar)
         model = lidar.sensor_model(dtype=torch.float64, device=dev)
         template = LidarBatch.from_model(model, torch.eye(4, dtype=torch.float32, device=dev))
-        ranges, intens = [], []
-        for sweep in prefetched(lidar.load_sweep, range(len(lidar.sweeps))):
-            r, it = range_image(sweep.points, sweep.intensity, sweep.channel, model, lidar.channels, lidar.columns,
-                                dev)
+        ranges, intens, batch = [], [], []
+
+        def flush() -> None:
+            r, it = range_images(batch, model, lidar.channels, lidar.columns)
             ranges.append(r)
             intens.append(it)
+            batch.clear()
+
+        for si, sweep in enumerate(prefetched(lidar.load_sweep, range(len(lidar.sweeps)))):
+            tensors = _sweep_tensors(sweep.points, sweep.intensity, sweep.channel, dev)
+            batch.append(tensors)
+            if not held_out(si, self.eval_every):  # the initialisation reads them again otherwise
+                times = torch.from_numpy(np.asarray(self.capture.seconds(sweep.timestamps_us), dtype=np.float64))
+                self.sweep_points[(lidar.id, si)] = SweepPoints(tensors[0], tensors[1], times.to(dev))
+            if len(batch) == RANGE_IMAGE_BATCH:
+                flush()
+        if batch:
+            flush()
         f32 = lambda t: t.to(device=dev, dtype=torch.float32).contiguous()  # noqa: E731
         return LidarData(lidar.id, template, f32(q0), f32(p0), f32(q1), f32(p1), f32(t0 + period / 2),
-                         f32(torch.stack(ranges)), f32(torch.stack(intens)))
+                         f32(torch.cat(ranges)), f32(torch.cat(intens)))
 
     def _normalise_intensities(self) -> float:
         """Divide measured intensities by the 99th percentile of the training sweeps' returns
@@ -334,6 +377,10 @@ class CaptureData:
         for lid in self.lidars:
             lid.intensities = (lid.intensities / scale).clamp(0, 1).contiguous()
         return scale
+
+    def release_sweep_points(self) -> None:
+        """Drop the training sweeps' points (the initialisation's input; training uses range images)."""
+        self.sweep_points = {}
 
     # -- per step ---------------------------------------------------------------------------
 

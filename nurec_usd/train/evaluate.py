@@ -53,8 +53,10 @@ def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_s
     pending = []
 
     def save(array: np.ndarray, path: Path) -> None:
-        # compress_level 1: about twice the bytes of the default, a fraction of its time
-        pending.append(writer.submit(lambda: Image.fromarray(array).save(path, compress_level=1)))
+        # PNG at compress_level 1 (about twice the bytes of the default, a fraction of its time);
+        # JPEG for the render | image pairs, which a build writes by the hundred
+        options = {"quality": 90} if path.suffix == ".jpg" else {"compress_level": 1}
+        pending.append(writer.submit(lambda: Image.fromarray(array).save(path, **options)))
 
     try:
         order = [ref for group in data.eval_groups for ref in group.frames]
@@ -78,7 +80,7 @@ def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_s
                            "psnr": p, "ssim": ss, "baseline_psnr": bp}
                     per_frame.append(row)
                     if pairs is not None:
-                        save(pairs[c], out_dir / "eval" / f"{cam.id}_{ref.frame:05d}.png")
+                        save(pairs[c], out_dir / "eval" / f"{cam.id}_{ref.frame:05d}.jpg")
                         if done + c in on_sheet:
                             rows.append((f"{cam.id} #{ref.frame}  {row['psnr']:.1f} dB", pairs[c]))
                 done += len(group.frames)

@@ -101,6 +101,6 @@ def fused_ssim(image: torch.Tensor,  # [H, W, C] or [B, H, W, C]
 
 def fast_ssim(image: torch.Tensor, target: torch.Tensor) -> torch.Tensor:  # []
     """The mean SSIM by the faster implementation for the device: :func:`fused_ssim` on a GPU
-    (12x the torch version at 1280x720 on an H200), :func:`nurec_usd.train.metrics.ssim` on the
+    (several times faster than the torch version), :func:`nurec_usd.train.metrics.ssim` on the
     CPU, where torch's convolutions are the faster. Both compute the same function."""
     return fused_ssim(image, target) if image.is_cuda else ssim(image, target)

@@ -17,7 +17,7 @@ def image_loss(image: torch.Tensor,  # [H, W, 3] or [C, H, W, 3] rendered
     For C views (``[C, H, W, 3]``) the loss is the sum of the views' losses, so each view's
     Gaussians get the gradient a step of that view alone would give them.
     The SSIM is :func:`fast_ssim`: the Warp kernels on a GPU (the torch version's grouped
-    convolutions took about a quarter of a drive30 step on an H200), the torch version on the CPU.
+    convolutions were a large share of a GPU training step), the torch version on the CPU.
     """
     if mask is not None:
         m = mask[..., None]

@@ -22,7 +22,8 @@ def test_run_directory_holds_everything(tiny_run):
                  "usd/root.usda", "usd/rig.usdc", "usd/actors.usdc", "usd/background.usdc"):
         assert (tiny_run / name).is_file(), name
     assert len(list((tiny_run / "usd" / "actors").glob("*.usdc"))) == 2
-    assert len(list((tiny_run / "eval").glob("*.png"))) == 4 + 1  # 4 held-out frames, 1 held-out sweep
+    assert len(list((tiny_run / "eval").glob("*.jpg"))) == 4  # the 4 held-out frames beside their renders
+    assert len(list((tiny_run / "eval").glob("*.png"))) == 1  # the held-out sweep's range images
     assert not list(tiny_run.parent.glob(".*partial*")), "the staging folder was left behind"
     manifest = json.loads((tiny_run / "manifest.json").read_text())
     assert set(manifest["stage_seconds"]) == {"load", "init", "train", "eval", "export"}

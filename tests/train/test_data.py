@@ -70,3 +70,59 @@ def test_lens_mask_covers_exactly_the_imaged_circle():
     assert out.raw.depth is None  # a scene's camera image is rendered without the depth image
     image = out.image
     assert float(image[~m].abs().max()) == 0.0 and float(image[m].min()) > 0.4  # sky (sigmoid 0 = 0.5) inside
+
+
+def test_range_images_of_a_batch_are_those_of_each_sweep():
+    from nurec_usd.train.data import _sweep_tensors, range_image, range_images
+
+    capture = load_capture(REPO / "samples" / "tiny")
+    lidar = capture.lidars["top"]
+    model = lidar.sensor_model(dtype=torch.float64)
+    sweeps = [lidar.load_sweep(i) for i in range(3)]
+    batch = range_images([_sweep_tensors(s.points, s.intensity, s.channel, "cpu") for s in sweeps], model,
+                         lidar.channels, lidar.columns)
+    assert batch[0].shape == (3, lidar.channels, lidar.columns)
+    for k, s in enumerate(sweeps):
+        alone = range_image(s.points, s.intensity, s.channel, model, lidar.channels, lidar.columns)
+        assert torch.equal(batch[0][k], alone[0]) and torch.equal(batch[1][k], alone[1])
+        assert int((alone[0] > 0).sum()) > 0.9 * len(s)  # the batch does not shift one sweep's rays into another
+
+
+def test_initialisation_from_the_sweeps_kept_at_load_equals_reading_them_again():
+    from nurec_usd.scene.init import lidar_world_points
+    from nurec_usd.train.data import CaptureData
+
+    capture = load_capture(REPO / "samples" / "tiny")
+    data = CaptureData(capture, "cpu", eval_every=8, downscale=2)
+    sweeps = [("top", s.sweep) for s in data.train_sweeps]
+    assert set(data.sweep_points) == set(sweeps)  # the training sweeps only
+    kept = lidar_world_points(capture, sweeps, "cpu", loaded=data.sweep_points)
+    read = lidar_world_points(capture, sweeps, "cpu")
+    for a, b in zip(kept, read):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    data.release_sweep_points()
+    assert data.sweep_points == {}
+
+
+def test_frames_recorded_together_form_one_group_per_instant():
+    from nurec_usd.train.data import CaptureData, FrameRef, group_frames
+
+    data = CaptureData(load_capture(REPO / "samples" / "tiny"), "cpu", eval_every=8, downscale=2)
+    groups = data.groups(data.train_frames)
+    assert len(groups) == 9 and all(len(g.frames) == 4 for g in groups)  # 4 cameras of one size, 9 instants
+    assert all(len({r.time_s for r in g.frames}) == 1 for g in groups)
+    assert [len(g.frames) for g in data.groups(data.train_frames, max_cameras=3)] == [3, 1] * 9
+    assert all(len(g.frames) == 1 for g in data.groups(data.train_frames, max_cameras=1))
+    # frames apart in time, or of cameras of another size, are not grouped; a camera appears once
+    refs = [FrameRef(0, 0, 0.0, False), FrameRef(1, 0, 0.004, False), FrameRef(2, 0, 0.0, False),
+            FrameRef(1, 1, 0.05, False), FrameRef(0, 1, 0.1, False)]
+    got = group_frames(refs, [(10, 10), (10, 10), (20, 10)])
+    assert [[(r.camera, r.frame) for r in g.frames] for g in got] == [[(0, 0), (1, 0)], [(2, 0)], [(1, 1)], [(0, 1)]]
+    twice = group_frames([FrameRef(0, 0, 0.0, False), FrameRef(0, 1, 0.003, False)], [(10, 10)])
+    assert [len(g.frames) for g in twice] == [1, 1]
+    views = data.camera_views(groups[0], level=2)
+    target, mask = data.target_images(groups[0], level=2)
+    assert views.batch.width == 80 and len(views.batch) == 4 and views.rays_camera.shape == (4, 45, 80, 3)
+    assert target.shape == (4, 45, 80, 3) and mask is None
+    full, _ = data.target_images(groups[0])
+    torch.testing.assert_close(target[0, 0, 0], full[0, :2, :2].mean((0, 1)))  # shrunk by averaging
