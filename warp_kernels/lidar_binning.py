@@ -90,9 +90,10 @@ wp.set_module_options({"enable_backward": False})
 # Rays per tile = threads of a rasterizer work item (lidar_raster.SPLIT blocks). 128: a block of 4
 # warps walks a list of its own rays' Gaussians. With tiles of 256 rays, two blocks per item would
 # each load and walk the whole tile's list, of which each needs little more than half (its warps'
-# masks); the smaller tiles bin somewhat more entries, which costs less. Tiles of 64 rays (one
-# block of 2 warps per item) have cheaper masks (two words per entry), but the sort and the raster
-# passes then have too many more entries to go through (benchmarks/RESULTS.md, raster-lidar).
+# masks); the smaller tiles bin somewhat more entries, which costs less than those extra walks.
+# Tiles of 64 rays (one block of 2 warps per item) have cheaper masks (two words per entry), but the
+# sort and the raster passes then have too many more entries to go through (benchmarks/RESULTS.md,
+# raster-lidar).
 # NUREC_LIDAR_TILE_RAYS (64, 128, 256) selects another size at import (benchmarks/raster_lidar.py
 # --tile-rays).
 TILE_RAYS = int(os.environ.get("NUREC_LIDAR_TILE_RAYS", "128"))
