@@ -414,9 +414,9 @@ def make_pinhole_backward_kernel(float_t):
     """Hand-written backward of ``project_gaussians`` for all-pinhole, global-shutter launches.
 
     One thread per Gaussian walks the cameras, sums its gradient over them in registers and
-    writes it once: Warp's generated adjoint (one thread per camera and Gaussian) added each
-    camera's share with atomics and took 1.5 ms of a 13 ms forward + backward on the
-    benchmark's second row. Per camera, with p = R m + t, z' = 1 / p_z:
+    writes it once, where Warp's generated adjoint (one thread per camera and Gaussian) adds
+    each camera's share with atomics and takes several times as long (benchmarks/RESULTS.md,
+    raster-camera). Per camera, with p = R m + t, z' = 1 / p_z:
 
         uv = (fx p_x z' + cx, fy p_y z' + cy),   depth = p_z,   dir = (m - centre) / |m - centre|
         J = [[fx z', 0, -fx x_j z'], [0, fy z', -fy y_j z']]  (x_j, y_j: p_x z', p_y z' clamped
@@ -542,7 +542,7 @@ def make_pinhole_backward_kernel(float_t):
 def make_camera_poses_kernel(float_t):
     """``camera_poses``: the batch's pose quaternions and translations from T_camera_world
     matrices, one thread per camera, in one launch (``nurec_usd.render.graphed`` runs it
-    inside a CUDA graph, where some sixty small torch kernels cost a seventh of a small render)."""
+    inside a CUDA graph, where the same conversion in torch is some sixty small kernels)."""
     module = variant_module(__name__, float_t, "poses", enable_backward=False)
     vec3 = wp.types.vector(3, float_t)
     vec4 = wp.types.vector(4, float_t)

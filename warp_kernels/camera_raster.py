@@ -103,7 +103,7 @@ def make_raster_kernels(float_t, warp_sum, warp_sum2, warp_sum8, launch_bounds=N
 
     def make_forward(depth_out: bool):
         """The forward; without ``depth_out`` it leaves out the depth image (the depths' staging,
-        sums and stores: about a tenth of the kernel's time on an H200), for renders that do not
+        sums and stores: about a tenth of the kernel's time), for renders that do not
         use it (``out_depth`` may then be None)."""
 
         @wp.kernel(module=module, launch_bounds=launch_bounds)
@@ -360,9 +360,9 @@ def make_raster_kernels(float_t, warp_sum, warp_sum2, warp_sum8, launch_bounds=N
 
 # Three resident 256-thread blocks per SM for the float32 kernels (at most 85 registers: the
 # forward takes 77, the backward 80 with a 32-64 byte stack frame). Unbounded, the warps' skip
-# test took the backward to 94-96 registers (two blocks per SM). Measured on an H200
-# (benchmarks/RESULTS.md, raster-camera, `raster_camera.py --tune`), forward + backward: (256, 3)
-# was the fastest on rows 3 and 4 and within 3% of the fastest on rows 1 and 2.
+# test takes the backward to 94-96 registers (two blocks per SM). In `raster_camera.py --tune`
+# (benchmarks/RESULTS.md, raster-camera), forward + backward, (256, 3) is the fastest on rows 3 and 4
+# and within 3% of the fastest on rows 1 and 2.
 LAUNCH_BOUNDS_F32 = (TILE_PIXELS, 3)
 
 # the forward with and without the depth image, the backward with and without its gradient

@@ -17,11 +17,11 @@ exist so tests can run float64 gradient checks (in a module of their own, see
 Kernels (the forward is two launches):
   * :data:`poses_and_static`: one thread per actor, its pose at t (key search, slerp, lerp), then
     one thread per static Gaussian, copied to the output. A pose is a chain of dependent reads
-    (~20 us on an H200) that the copy hides; the launch is queued early, so both run while the
+    that the copy hides; the launch is queued early, so both run while the
     host prepares the second.
   * :data:`interpolate_actors`: one thread per actor Gaussian, which reads its actor's pose.
-    (Each thread searching its track itself cost 64 registers and ~850 instructions per warp:
-    benchmarks/RESULTS.md, interp.)
+    (Each thread searching its track itself would cost many registers and hundreds of
+    instructions per warp: benchmarks/RESULTS.md, interp.)
   * :data:`actor_poses`: the poses alone (``nurec_usd.render.interpolate.actor_poses``); and with
     ``adjoint=True`` it carries the actor-pose gradients to the per-key pose corrections (one
     thread per actor owns its keys, so its atomics never contend).
@@ -195,8 +195,8 @@ def pose_translation(pose: Any):
 
 
 # 16-byte loads and stores (here and ``warp_kernels.wide_io``). A Warp vec3 or vec4 of float32 is
-# read and written one float at a time; these move 16 bytes per instruction (the forward's two
-# launches: 45.4 -> 42.5 us on an H200, benchmarks/RESULTS.md, interp). They need 16-byte aligned,
+# read and written one float at a time; these move 16 bytes per instruction, which shortens the
+# forward's two launches (benchmarks/RESULTS.md, interp). They need 16-byte aligned,
 # contiguous arrays: the caller guarantees it (``nurec_usd.render.interpolate``). float64 runs only
 # in tests and copies element by element.
 

@@ -32,18 +32,15 @@ tile within the splat's elevation reach, the columns where the splat's quadratic
 its alpha >= ALPHA_MIN bound (an interval: one square root per row), cut at the warps' column
 boundaries. It is conservative (bounds widened by SIGMA_MARGIN and COL_MARGIN; where the splat's
 azimuth reach plus the tile's half-width exceeds WIDE it gets whole rows), so results do not
-change, and nearly exact: on the benchmark's street 254.7 marked pairs per ray for 252.8 real
-hits. The rasterizer's threads walk only their own ray's marked entries (see
-``warp_kernels.lidar_raster``). Computed once, read by the three passes. One thread per entry.
-Timed on an H200 at 5M Gaussians (benchmarks/RESULTS.md, raster-lidar): with tiles of 256 rays,
-one thread per (entry, warp) took 1.75 ms, one per entry unrolled over all eight warps 1.27 ms, and
-one per entry looping over the warps whose box met the splat's (fast_math) 0.62 ms, then 0.49 ms
-with an entry's words zeroed by 16-byte stores. With tiles of 128 rays that pass was issue-bound
-(ncu: 73% of the SMs' compute throughput) at 0.45 ms, its splat box taken from the conic and the
-tiles' slices of the sorted list found on the way (``tile_bounds``, nineteenth). Walking the tile's
-rows once instead of each warp's (the warps of a row of blocks share its rows' spans, and the box
-tests and their table go), with the words gathered in registers and written by one 16-byte store,
-took it from 0.47 ms to 0.29 ms (twenty-fourth).
+change, and nearly exact: on the benchmark's street the marked pairs exceed the real hits by
+under 1%. The rasterizer's threads walk only their own ray's marked entries (see
+``warp_kernels.lidar_raster``). Computed once, read by the three passes. One thread per entry:
+the pass is bound by its instructions, and one thread per (entry, warp) or per entry over every
+warp does more of them. It walks the tile's rows once (the warps of a row of blocks share its
+rows' spans), gathers an entry's words in registers and writes them with one 16-byte store; it
+takes the splat's box from its conic (no second gather of the extents) and finds the tiles'
+slices of the sorted list on the way (``tile_bounds``), which saves a launch and a pass over the
+keys. Measurements: benchmarks/RESULTS.md, raster-lidar.
 
 Work items. A tile's Gaussian list is cut into chunks of at most L Gaussians, each chunk
 one work item of the rasterizer: a handful of tiles (looking down a street at the horizon)
@@ -67,20 +64,11 @@ torch.cumsum scans every class's row at once, and ``emit_items`` places each ite
 The fraction depends on the device (``CHUNK_OF_MEAN``):
   * CUDA, a half. Each chunk but a tile's first and last costs a walk that only multiplies its
     (1 - alpha), in the forward's first launch, and every chunk a block and a merge term, so long
-    chunks are cheaper, as long as they do not set the tail. On an H200 (benchmarks/RESULTS.md,
-    raster-lidar, eighteenth; tiles of 128 rays, and the first chunks then walked for their
-    product too) at 5M Gaussians, where the mean list is 3,727, forward + backward took 3.66-3.71
-    ms with a twelfth (512) in tile order, and longest first 3.47-3.53 ms at 1,536 and 2,048 (a
-    half), 3.55 at 1,024 and 3.55-3.60 at 3,072. In tile order, chunks of 1,536-2,048 gained
-    only 0.02-0.11 ms, and 4,096 lost 0.2 ms. At 1M (mean list 825, L = 512) the kernels of a
-    forward + backward took 1.05 ms instead of 1.10 with 256. With the first chunks composited
-    in the first launch (twenty-second), 2,048 still does as well as any: 3.12-3.16 ms, against
-    3.13-3.18 at 1,024 to 3,072.
-    (Before, with tiles of 256 rays and older kernels, chunks of twice the mean list took 13.13
-    ms against 8.5 at 512-1,024: the tail, in tile order.)
+    chunks are cheaper, as long as they do not set the tail; launched longest first, half the
+    mean list does as well as any length tried, while in tile order long chunks lose to the tail
+    (benchmarks/RESULTS.md, raster-lidar).
   * CPU, twice the mean. The CPU runs blocks one after another, so there is no tail to cut,
-    only the extra passes: on a street of 150k Gaussians, forward + backward took 2.1 s with
-    a sixth and 1.3-1.4 s with twice the mean.
+    only the extra passes, which shorter chunks multiply.
 """
 
 import math
@@ -96,18 +84,16 @@ from warp_kernels.wide_io import load_row2, load_row4, load_row8, store_row4
 # integer bookkeeping only: no adjoints (halves the compile time)
 wp.set_module_options({"enable_backward": False})
 # The kernels run without Warp's grid-stride loop (``grid_stride=False``: one thread per item, as
-# launched). At 5M Gaussians on an H200 the loop's 64-bit index arithmetic cost ray_masks 251 us
-# against 238, emit_keys 111 against 106 and count_tiles 66-67 against 65 (benchmarks/RESULTS.md,
-# raster-lidar, twenty-fifth).
+# launched): the loop's 64-bit index arithmetic costs each of them time (benchmarks/RESULTS.md,
+# raster-lidar).
 
 # Rays per tile = threads of a rasterizer work item (lidar_raster.SPLIT blocks). 128: a block of 4
-# warps walks a list of its own rays' Gaussians. With tiles of 256 rays, two such blocks per item
-# each loaded and walked the whole tile's list, of which it needed about 58% (its warps' masks).
-# On the benchmark's street at 5M Gaussians on an H200 (benchmarks/RESULTS.md, raster-lidar):
-# 6.64M -> 7.63M intersections, forward + backward 4.09-4.10 -> 3.76-3.78 ms.
-# Tiles of 64 rays (one block of 2 warps per item) were slower at 5M: 9.11M intersections and
-# forward + backward 3.82-3.88 ms, against 7.63M and 3.70-3.79 ms; their masks were cheaper (two
-# words per entry), but the sort and the raster passes had more entries to go through.
+# warps walks a list of its own rays' Gaussians. With tiles of 256 rays, two blocks per item would
+# each load and walk the whole tile's list, of which each needs little more than half (its warps'
+# masks); the smaller tiles bin somewhat more entries, which costs less than those extra walks.
+# Tiles of 64 rays (one block of 2 warps per item) have cheaper masks (two words per entry), but the
+# sort and the raster passes then have too many more entries to go through (benchmarks/RESULTS.md,
+# raster-lidar).
 # NUREC_LIDAR_TILE_RAYS (64, 128, 256) selects another size at import (benchmarks/raster_lidar.py
 # --tile-rays).
 TILE_RAYS = int(os.environ.get("NUREC_LIDAR_TILE_RAYS", "128"))
@@ -138,12 +124,8 @@ INV_TWO_PI = 1.0 / TWO_PI
 # channels x (cols / WARP_BLOCK_COLS) columns (2 x 1 for 64 rays, 2 x 2 for 128, 2 x 4 for 256),
 # the tile's own shape scaled down. Tiles are about as tall as they are wide in angle (see
 # nurec_usd.render.lidar.plan_bands), so a warp's rays are nearly so too (1:1 with 128 rays, 2:1
-# with 256; 32 consecutive rays of a row, the layout before, made 8:1 strips). A small splat
-# reaches fewer warps' boxes (then the ray masks' unit of work): with tiles of 256 rays, on the
-# benchmark's street 1.92 warps per (tile, Gaussian) entry at 1M Gaussians and 1.71 at 5M, against
-# 2.48 and 2.37 with the strips (4 x 2 blocks of rows / 4 x cols / 2: 1.96 and 1.82). Measured on
-# an H200 (benchmarks/RESULTS.md, raster-lidar): forward + backward at 5M 8.85 -> 7.93 ms, at 1M
-# 2.33 -> 2.25 ms.
+# with 256; 32 consecutive rays of a row would make 8:1 strips). A small splat then reaches fewer
+# warps, and each warp that it reaches does work for it (benchmarks/RESULTS.md, raster-lidar).
 WARP_BLOCK_COLS = WARPS // 2  # warp blocks across a tile (and 2 down)
 
 
@@ -422,10 +404,8 @@ def make_binning_kernels(float_t):
         n = wp.min(total[0], capacity)
         if k == 0:
             overflow[0] = total[0] > capacity
-        # The backward's buffer is zeroed here rather than by a fill of its own (a launch less): at 5M Gaussians
-        # on an H200 the stores cost this pass 33-35 us against the fill's 35-37 (22 against 34 before the
-        # pass walked tile rows; benchmarks/RESULTS.md, raster-lidar, twenty-third and twenty-fourth), and
-        # 16-byte stores instead of 4-byte ones took the pass from 264 to 250 us (twenty-fifth).
+        # The backward's buffer is zeroed here rather than by a fill of its own: the stores cost this pass
+        # about what the fill would, and save a launch. 16-byte stores: fewer instructions than 4-byte ones.
         for z in range(k, zeroed.shape[0], capacity):
             store_row4(zeroed, z, vec4())
         if k >= n:
@@ -433,8 +413,8 @@ def make_binning_kernels(float_t):
         # the entry's reads ahead of tile_bounds' writes (which the compiler may not move them past)
         tile = keys[k] >> range_bits
         i = ids[k]
-        # the gathered record in two 16-byte loads, not eight of 4 bytes (290 -> 265 us at 5M Gaussians on an
-        # H200; count_tiles 75 -> 70 us and emit_keys 118 -> 116 with theirs; RESULTS.md, twenty-fifth)
+        # the gathered record in two 16-byte loads, not eight of 4 bytes (as in count_tiles and emit_keys):
+        # fewer instructions in an instruction-bound pass
         rec = load_row8(splats, i)
         tile_bounds(keys, k, n, tile, range_bits, ranges)
         # alpha >= ALPHA_MIN  <=>  sigma <= log(opacity / ALPHA_MIN); widened so rounding never culls a ray

@@ -17,8 +17,8 @@ angle space:
   ray that meets the splat reports for this Gaussian (as the camera uses the mean's depth).
   Alternatives are the distance of the point of maximum response along each ray (as in
   3DGRT) or a ray-plane intersection with the Gaussian's flattest axis: both depend on
-  the ray, cost work per (ray, Gaussian) and need more state in the backward, so they
-  are left for later.
+  the ray, cost work per (ray, Gaussian) and need more state in the backward, so the
+  mean's distance is used.
 
 Rolling shutter: column k fires at fraction ``a = k / W`` of the sweep, and the lidar pose
 ``T_lidar_world`` moves from the sweep start (a = 0) to its end (a = 1) (slerp + lerp).
@@ -39,7 +39,7 @@ largest standard deviation of the sensor is culled (the sensor is inside it: no 
 describes that), as are means outside the lidar's [min_range, max_range].
 
 The backward is hand-written (``project_lidar_backward``, in a module of its own): Warp's
-generated adjoint of this kernel needed 171 registers and a stack frame. Quaternions arrive
+generated adjoint of this kernel needs far more registers and a stack frame. Quaternions arrive
 as (w, x, y, z) ``vec4`` and become Warp's (x, y, z, w) here.
 
 Outputs per Gaussian: ``splats`` [N] vec8 = (alpha, elev, conic a, conic b, conic c,
@@ -47,13 +47,11 @@ range, opacity, intensity), the record the rasterizer stages in shared memory (o
 gather per Gaussian in float32), and ``extents`` [N] vec2, the half-widths of the splat's
 bounding box in (alpha, elev) out to where its alpha falls to ALPHA_MIN; (0, 0) = culled.
 Both kernels move the records, the extents, the quaternions and their gradients 16 or 8 bytes
-at a time (``warp_kernels.wide_io``; Warp would move them a float at a time): at 5M Gaussians on
-an H200 the projection took 168 us instead of 180, and its backward 273-276 instead of 285-288;
-with products by constants where the forward divided by them, the projection took 161-162 us,
-and compiled with fast_math (approximate division, square root, logarithm, sine and cosine) 135
-(benchmarks/RESULTS.md, raster-lidar, twenty-fifth). Under ncu the IEEE forward issued 0.87
-instructions per scheduler cycle (bound by its instructions), and the backward 0.61, waiting on its
-loads at 22% occupancy (118 registers; now bounded, see BACKWARD_MIN_BLOCKS).
+at a time (``warp_kernels.wide_io``; Warp would move them a float at a time), multiply by
+constants where they would divide, and compile with fast_math: the forward is bound by its
+instructions, so each of these shortens it; the backward waits on its loads, so it reads all of a
+Gaussian's inputs before its culling test and runs under launch bounds (BACKWARD_MIN_BLOCKS).
+Measurements: benchmarks/RESULTS.md, raster-lidar.
 """
 
 import functools
@@ -67,10 +65,10 @@ from warp_kernels.pose_funcs import make_pose_funcs, make_pose_rate_func, make_r
 from warp_kernels.wide_io import load_row2, load_row4, load_row8, store_row2, store_row4, store_row8
 
 # The backward is hand-written (below): no generated adjoints to compile. fast_math for the float32
-# kernels (the float64 ones, for gradcheck, keep IEEE arithmetic): at 5M Gaussians on an H200 the
-# forward took 135 us instead of 161 (1008 instructions in its cubin instead of 2008, no stack frame),
-# with the twin check's differences unchanged (benchmarks/RESULTS.md, raster-lidar, twenty-fifth). The
-# slerp's sines are then approximate: ``pose_at`` normalises the quaternion it interpolates.
+# kernels (the float64 ones, for gradcheck, keep IEEE arithmetic): it drops the IEEE functions' slow
+# paths (half the forward's instructions, no stack frame) and leaves the twin checks' differences
+# within their bounds. The slerp's sines are then approximate: ``pose_at`` normalises the quaternion
+# it interpolates, so that they cannot scale the rotation.
 wp.set_module_options({"enable_backward": False, "fast_math": True})
 
 BEAM_EPS = 0.3  # beam footprint variance, in units of the squared beam spacing of each axis
@@ -78,11 +76,10 @@ ELEVATION_MARGIN = 0.1  # rad beyond the channel elevations where the Jacobian's
 ELEVATION_LIMIT = 1.45  # rad: the clamp never goes closer than ~7 degrees to the poles
 NEAR_SIGMAS = 3.0  # cull a Gaussian whose mean is closer to the sensor than this many of its largest sigma
 # The float32 backward's launch: blocks of 128 threads, at least 5 of them per SM (20 warps). Unbounded it
-# takes 103 registers, 16 warps per SM, and waits on its loads (ncu: 0.61 instructions issued per
-# scheduler cycle at 22% occupancy); bounded, 96 registers and a 40-byte stack frame. At 5M Gaussians on
-# an H200 it took 228-229 us against 267-268 (benchmarks/RESULTS.md, raster-lidar, twenty-fifth). Both
-# kernels run without Warp's grid-stride loop (one thread per Gaussian, as launched): the loop's 64-bit
-# indices took 15 registers in the backward (118) and 8 in the forward (56).
+# takes 103 registers, 16 warps per SM, and waits on its loads at low occupancy; bounded, 96 registers and
+# a 40-byte stack frame, and faster; 6 blocks per SM spill more and are slower (benchmarks/RESULTS.md,
+# raster-lidar). Both kernels run without Warp's grid-stride loop (one thread per Gaussian, as launched):
+# the loop's 64-bit indices cost registers in both.
 BACKWARD_BLOCK = 128
 BACKWARD_MIN_BLOCKS = 5
 
@@ -124,10 +121,8 @@ def make_jacobian_angles(float_t):
     @wp.func
     def jacobian_angles(p: vec3, rho: float_t, ir: float_t, elev: float_t, clamp_lo: float_t, clamp_hi: float_t):
         """(cos, sin) of lidar-frame p's azimuth and (cos, sin) of its elevation clamped to [clamp_lo,
-        clamp_hi] (rho = |p_xy|, ir = 1 / |p|): the point's own ratios, trigonometry only where clamped.
-        Without the sines and cosines (and with one atan2 and one write per Gaussian) the projection
-        took 0.21 ms instead of 0.29 at 5M Gaussians on an H200 (benchmarks/RESULTS.md, raster-lidar,
-        fifteenth)."""
+        clamp_hi] (rho = |p_xy|, ir = 1 / |p|): the point's own ratios, trigonometry only where clamped,
+        which is cheaper than evaluating the sines and cosines (benchmarks/RESULTS.md, raster-lidar)."""
         cth = rho * ir
         sth = p[2] * ir
         if elev < clamp_lo or elev > clamp_hi:
@@ -255,7 +250,7 @@ def make_projection_backward_kernel(float_t, moving: bool = False):
     motion, compiled apart so that the static kernel keeps its registers).
 
     One thread per Gaussian replays the forward and writes its gradients (not accumulated);
-    Warp's generated adjoint of the projection took 171 registers and a stack. Backwards from
+    Warp's generated adjoint of the projection needs far more registers and a stack. Backwards from
     the record's gradient: the conic through dL/dcov2 = -conic G conic (G: the conic gradient
     as a symmetric matrix), cov2 = (J R) M M^T (J R)^T with M = Rg diag(s); J through the
     azimuth, the clamped elevation and 1/r; the angles and the range through p = R m + t. The
@@ -264,17 +259,11 @@ def make_projection_backward_kernel(float_t, moving: bool = False):
     (v: its motion): dL/da = <dL/dR, dR/da> + <dL/dp, t1 - t0 + R v>, passed on to m through p0.
     Culled Gaussians (zero extents) get zero gradients, as their records are zero.
     """
-    # float32 with fast_math (approximate division, square root, sine and cosine): on an H200 the
-    # kernel at 5M Gaussians took 0.36 ms instead of 0.63 (122 registers, no stack; the twin checks
-    # unchanged; 118 registers and 0.35 ms with ``jacobian_angles``, fifteenth). The
-    # forward projection, then slower with it (0.34 against 0.29 ms, thirteenth), has it too since the
-    # twenty-fifth round (the module's options, above). Reading all of a Gaussian's inputs before
-    # the culling test (one wait for memory instead of two: ncu sampled its warps waiting on loads
-    # 38% of the time) took the backward from 0.34 to 0.29 ms at 5M Gaussians, and the forward,
-    # likewise, from 0.19 to 0.18 ms (benchmarks/RESULTS.md, raster-lidar, twentieth).
-    # The motion's terms took the bounded float32 kernel's stack frame from 40 to 64 bytes and its time
-    # at 5M Gaussians on an H200 from 231-233 to 244-246 us, motion or not (benchmarks/RESULTS.md,
-    # raster-lidar, twenty-sixth): the kernel for moving Gaussians is a variant of its own.
+    # float32 with fast_math (approximate division, square root, sine and cosine), as the forward:
+    # much faster, with the twin checks within their bounds. All of a Gaussian's inputs are read
+    # before the culling test (one wait for memory instead of two). The motion's terms would enlarge
+    # the bounded float32 kernel's stack frame and slow it for every Gaussian, moving or not, so the
+    # kernel for moving Gaussians is a variant of its own (benchmarks/RESULTS.md, raster-lidar).
     module = variant_module(__name__, float_t, "backward_moving" if moving else "backward",
                             fast_math=float_t == wp.float32)
     vec2 = wp.types.vector(2, float_t)

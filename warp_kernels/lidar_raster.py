@@ -13,11 +13,8 @@ takes 32 entries (a *window*) at a time, transposes their 32 masks across its la
 (``warp_transpose_bits``: five shuffles), and each lane then visits only the entries its bit
 marks, front to back (back to front in the backward). A warp thus steps in a window as often
 as its busiest lane has pairs, not once per entry any of its rays might see: splats of a few
-cm against rays a few cm apart meet about 6 of a warp's 32 rays. On the benchmark's street at
-5M Gaussians that is 315 steps per ray in the forward instead of 738 evaluations (each by all
-32 lanes), and on an H200 (benchmarks/RESULTS.md, raster-lidar) the forward took 0.67 ms
-instead of 1.24, the chunk transmittance 0.77 instead of 1.21, and the backward 0.83 instead
-of 1.86 (its per-entry warp sums became per-pair vector atomics, below).
+cm against rays a few cm apart meet only a handful of a warp's 32 rays, so evaluating every
+entry in every lane would waste most of the work.
 
 Work layout (see ``warp_kernels.lidar_binning``): per *work item* (a chunk of at most L
 Gaussians of one tile's front-to-back list), one thread per ray of the tile (TILE_RAYS rays:
@@ -25,11 +22,10 @@ Gaussians of one tile's front-to-back list), one thread per ray of the tile (TIL
 CUDA warps (by default one block per item: 4 warps with tiles of 128 rays), the items taken
 longest first (the binning's launch order). In the forward each warp stages its own windows:
 the records of the entries its mask words mark, one window ahead of its walk, with no block
-barrier (``warp_kernels.lidar_staging``). At 5M Gaussians on an H200 the forward's two launches
-took 642-665 us instead of 724-744 with the block staging each batch of BATCH Gaussians and its
-warps' masks behind a barrier, where every warp waited for the block's slowest at every batch
-(benchmarks/RESULTS.md, raster-lidar, twenty-third). The backward still stages per block: with
-the same per-warp staging it took 546-556 us against 524-529. Per ray, front to back:
+barrier (``warp_kernels.lidar_staging``), so no warp waits for the block's slowest at every
+batch. The backward stages per block (BATCH Gaussians behind a barrier): its walks start at each
+warp's own furthest ray and hold fewer of the warp's entries per window, so per-warp staging
+there exposes the wait for the next window's loads. Per ray, front to back:
 
     alpha_i = min(0.99, opacity_i * exp(-sigma_i)),  sigma_i = 0.5 d^T conic_i d,
     d = (wrap(alpha_i - ray azimuth), elev_i - ray elevation)
@@ -38,22 +34,18 @@ the same per-warp staging it took 546-556 us against 524-529. Per ray, front to 
 
 skipping alpha < 1/255 and stopping before a Gaussian that would take T to <= 1e-4 (the
 camera's rules; as there, a CUDA warp leaves its chunk once its 32 rays have stopped, and
-walks back from its own furthest ray). A tile cut into several chunks gives the same result as
-one long walk:
+walks back from its own furthest ray). Invariant: a tile cut into several chunks gives the same
+result as one long walk:
 
 1. ``lidar_forward``, phase 0: every tile's first chunk is composited (it starts at T = 1), and
    every other chunk but its tile's last only multiplies its (1 - alpha) per ray, stopping once
    the product is <= T_MIN (then the walk has stopped by the end of this chunk anyway). Those
    product-only walks take two of a thread's entries per step (``two_hits``), so that their
-   loads and exponentials overlap: 0.69 ms instead of 0.78 at 5M Gaussians on an H200 (blocks
-   of 8 warps, when they were a kernel of their own). The composited walk and the backward, which
-   keep more per entry, went from 64 and 56 registers to 72 and 70 that way, and were slower
-   (0.82 and 0.98 ms against 0.68 and 0.83). A first chunk that is not its tile's last gives its
-   final T as its product, 0 for a ray it stopped (for the others, the product-only walk's value:
-   the same factors multiplied in the same order). It used to get a product-only walk of its own
-   (in a kernel of its own) before being composited; walked once, the forward's two launches take
-   720-737 us at 5M Gaussians on an H200 against 723-742 before, about 0.01 ms less GPU work
-   (benchmarks/RESULTS.md, raster-lidar, twenty-second).
+   loads and exponentials overlap; the composited walk and the backward keep more state per
+   entry and take one (two-wide they need more registers and are slower). A first chunk that is
+   not its tile's last gives its final T as its product, 0 for a ray it stopped (for the others,
+   the product-only walk's value: the same factors multiplied in the same order), so first
+   chunks are walked once.
 2. ``lidar_forward``, phase 1: chunk j >= 1 starts from T = prod of the earlier chunks'
    products. Up to the stop, that is the sequential walk's T; at or below T_MIN the walk had
    stopped earlier, and the chunk contributes nothing (it writes T = -1 as "stopped before").
@@ -66,15 +58,15 @@ The backward walks each chunk back to front (as the camera's does), starting fro
 chunk's final T and from the sums of the chunks behind it. Its lanes are at different
 entries at each step, so there is no sum over the warp per entry: each pair adds its
 eight record gradients with two 16-byte vector atomics (``add8_f32``; per entry and warp
-about 6 pairs). At 5M Gaussians, summing per entry in shared memory first took 3.5 ms
-(shared memory has no float atomic add: a compare-and-swap loop), and the warp-per-entry walk
-with warp sums (``warp_sum8``: 9 shuffles, one atomic instruction per entry) 1.9-2.1 ms.
+only a few pairs). That is cheaper than summing per entry in shared memory (which has no
+float atomic add: a compare-and-swap loop) or a warp-per-entry walk with warp sums.
 Before it, ``lidar_output_grads`` (one thread per ray) turns the gradients of the
 expected range and intensity into gradients of the sums and the hit probability, and passes
 the median range's gradient to the median Gaussian's range (which Gaussian is chosen is
-piecewise constant: no gradient), so the walk holds no median state. (The same in torch
-ops, a dozen small kernels and autograd nodes per render, was host time.) The module is
-compiled without Warp's generated adjoint: the compositing loops have run-time trip counts.
+piecewise constant: no gradient), so the walk holds no median state, and no torch ops (host
+time per render) are needed around the kernels. The module is compiled without Warp's
+generated adjoint: the compositing loops have run-time trip counts. Measurements behind these
+choices: benchmarks/RESULTS.md, raster-lidar.
 """
 
 import math
@@ -94,20 +86,14 @@ wp.set_module_options({"enable_backward": False, "fast_math": True})
 
 # CUDA warps per block of the per-item kernels: a work item's TILE_RAYS rays are SPLIT blocks of
 # BLOCK_RAYS threads. A block lasts as long as its slowest warp, and its SM starts no other block
-# in its place until then: a warp's rays that never stop walk the whole chunk while its neighbours
-# idle. Counted on the CPU for the benchmark's street at 1M Gaussians (lane-steps per ray the
-# forward's blocks hold their warps for: 313 with blocks of 8 warps, 214 of 4, 165 of 2, 138 of 1),
-# and timed on an H200 at 5M (forward + backward 4.21-4.28 ms with 8 warps, 3.97-4.05 with 4,
-# 4.45-4.50 with 2 and 5.6 with 1: every block of an item loads the chunk's Gaussians, so smaller
-# blocks load more; those figures are for tiles of 256 rays). With tiles of 128 rays
+# in its place until then, so smaller blocks balance better; but every block of an item loads the
+# chunk's Gaussians, so smaller blocks also load more. With tiles of 128 rays
 # (``lidar_binning.TILE_RAYS``) a work item is one block of 4 warps with a list of its own (the
-# default is 4, or WARPS where a tile has fewer). Warps that walked on their own (no staging, no
-# barrier: each took its entries' records from its lanes by shuffles) were no faster: the shuffles
-# added the instructions the barrier had cost in waiting (ncu; RESULTS.md, raster-lidar, seventeenth).
-# The forward's warps now stage their own windows in shared memory (no barrier, no shuffles); with
-# them, blocks of one warp took the forward's launches 650-652 us against 650-679 with 4 (twenty-third).
-# NUREC_LIDAR_BLOCK_WARPS (1, 2, 4, 8; at most WARPS) overrides it at import
-# (benchmarks/raster_lidar.py --block-warps).
+# default is 4, or WARPS where a tile has fewer); the forward's warps stage their own windows, so
+# blocks of one warp gain nothing there. Warps walking with no staging at all (records passed
+# between lanes by shuffles) trade the barrier's waits for as many instructions. See
+# benchmarks/RESULTS.md, raster-lidar. NUREC_LIDAR_BLOCK_WARPS (1, 2, 4, 8; at most WARPS)
+# overrides it at import (benchmarks/raster_lidar.py --block-warps).
 BLOCK_WARPS = int(os.environ.get("NUREC_LIDAR_BLOCK_WARPS", str(min(4, WARPS))))
 BLOCK_RAYS = 32 * BLOCK_WARPS
 SPLIT = WARPS // BLOCK_WARPS
@@ -116,20 +102,14 @@ if BLOCK_WARPS not in (1, 2, 4, 8) or BLOCK_WARPS * SPLIT != WARPS:
 MEDIAN_T = 0.5  # the median return: where the accumulated opacity 1 - T reaches 0.5
 
 # Register budgets of the float32 per-item kernels: at most 56 registers for the forward's two
-# phases (36 warps per SM), 64 for the backward (32 warps per SM, 50% occupancy), and no
-# grid-stride loop (``grid_stride=False``: a tiled launch starts exactly the
-# blocks the items need; the loop alone cost the backward 16 registers). Measured from the sm_90
-# cubins' resource attributes (benchmarks/raster_lidar.py --registers; the tests check it). With
-# blocks of 4 warps the forward compiles to 72 registers unbounded; a bound of 32 warps per SM (8
-# blocks) holds it at 64 without a spill, as fast or faster on an H200 (5M forward + backward
-# 3.97-4.08 ms against 4.02-4.05). The forward's walks take 36 warps per SM (9 blocks of 4 warps,
-# as many as their block-wide staging's shared memory then allowed): 56 registers, no spill, and
-# at 5M Gaussians (then as the forward and a transmittance pass of its own) 340-341 and 391-400 us
-# against 351 and 405-409 with 8 blocks; the backward keeps 8 (64 registers: 543-547 us with 9
-# blocks against 524-545, and with 10 it spills) (benchmarks/RESULTS.md, raster-lidar,
-# twenty-first). (With blocks of 8 warps, ``__launch_bounds__(256, 4)`` once made the backward
-# spill.) NUREC_LIDAR_MIN_BLOCKS (blocks per SM for both kernels; 0 = no bound) overrides them at
-# import (benchmarks/raster_lidar.py --min-blocks). The float64 kernels (CPU gradcheck) are unbounded.
+# phases (36 warps per SM: 9 blocks of 4 warps, as many as shared memory allows), 64 for the
+# backward (32 warps per SM, 50% occupancy; with more blocks per SM it is slower, and then it
+# spills), and no grid-stride loop (``grid_stride=False``: a tiled launch starts exactly
+# the blocks the items need, and the loop's 64-bit index arithmetic costs registers). The sm_90
+# cubins' resource attributes show them (benchmarks/raster_lidar.py --registers; the tests check
+# it); the timings behind the bounds: benchmarks/RESULTS.md, raster-lidar. NUREC_LIDAR_MIN_BLOCKS
+# (blocks per SM for both kernels; 0 = no bound) overrides them at import
+# (benchmarks/raster_lidar.py --min-blocks). The float64 kernels (CPU gradcheck) are unbounded.
 _MIN_BLOCKS = os.environ.get("NUREC_LIDAR_MIN_BLOCKS")
 MAX_BLOCKS_PER_SM = 32  # resident blocks per SM on sm_80 / sm_90 (the bound for blocks of one warp)
 
@@ -359,11 +339,8 @@ def make_raster_kernels(float_t, add8, walk_bounds, backward_bounds):
                     mine = mine & (mine - 1)
                     rec = staged_record(buf, splats, slot, jj, t)
                     # The ray's state is updated without branches (alpha is 0 where the walk skips the
-                    # splat, and then T, the sums and the median stay as they are): the branches compiled to
-                    # a dozen selects per step, and the pass took 0.40 ms at 5M Gaussians on an H200 against
-                    # 0.35 now. (The backward's walk, written so, took 0.65 ms against 0.59-0.61 while it
-                    # still tested each entry against the ray's last; benchmarks/RESULTS.md, raster-lidar,
-                    # twentieth. It now drops those entries from its bits instead.)
+                    # splat, and then T, the sums and the median stay as they are): branches here compile
+                    # to a dozen selects per step, which cost more than the arithmetic they skip.
                     alpha = splat_alpha(rec, ray_az, ray_el)
                     next_T = T * (float_t(1.0) - alpha)
                     stop = next_T <= float_t(T_MIN)
@@ -406,8 +383,8 @@ def make_raster_kernels(float_t, add8, walk_bounds, backward_bounds):
                 # (the same products in the same order); a ray it stopped gets 0 (<= T_MIN: stopped)
                 chunk_P[item, lane] = wp.where(composite and done != 0, float_t(0.0), T)
 
-    # (keeps Warp's grid-stride loop: without it the merge took 47 us instead of 26 at 5M Gaussians on
-    # an H200, where the binning's kernels gained; benchmarks/RESULTS.md, raster-lidar, twenty-fifth)
+    # (keeps Warp's grid-stride loop: unlike the binning's kernels, the merge is slower without it, for
+    # reasons not understood; benchmarks/RESULTS.md, raster-lidar)
     @wp.kernel(module=module)
     def lidar_merge(
         tile_items: wp.array(dtype=wp.vec2i),  # [T] (first item, number of items)
@@ -587,9 +564,8 @@ def make_raster_kernels(float_t, add8, walk_bounds, backward_bounds):
                     continue
                 # the entries at or past the lane's last (j <= count - 1 - first - c nw - lim) are dropped
                 # from its bits rather than stepped over: a warp steps in a window as often as its busiest
-                # lane has entries there (at 5M Gaussians on an H200 the pass took 0.526-0.535 ms instead of
-                # 0.587-0.599; benchmarks/RESULTS.md, raster-lidar, twenty-first). On the CPU (a warp of
-                # one thread) ``first`` already starts the walk at the thread's own last.
+                # lane has entries there, so a lane's entries past its own last would cost the warp steps.
+                # On the CPU (a warp of one thread) ``first`` already starts the walk at the thread's own last.
                 mine = warp_transpose_bits(h, t) & ~bits_below(count - first - c * nw - lim)
                 while mine != 0:
                     j = lowest_bit(mine)

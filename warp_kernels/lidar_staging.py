@@ -11,9 +11,10 @@ warp walks the window before. A warp then waits only on its own copies (``cp.asy
 and ``__syncwarp``), never on the block's other warps.
 
 The forward walks stage this way. Block-wide staging, which the backward keeps (staged per warp
-it was slower), takes a batch of BATCH entries at a time behind block barriers: there every warp
+it is slower: its windows start at each warp's own furthest ray and hold fewer of its entries),
+takes a batch of BATCH entries at a time behind block barriers: there every warp
 waits for its block's slowest at every batch, and each entry's record is staged for all of the
-block's warps (benchmarks/RESULTS.md, raster-lidar, twenty-third).
+block's warps (benchmarks/RESULTS.md, raster-lidar).
 
 A block's slots are a static ``__shared__`` array (CUDA) or a static array (CPU, where a block's
 threads are fibers of one OS thread, blocks run one after another, and every thread is a warp of

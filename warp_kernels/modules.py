@@ -3,7 +3,8 @@
 Warp compiles a whole module (every kernel in it, with generated adjoints) when the first of
 its kernels launches. The float64 variants exist for the tests' gradient checks only, so they
 go into a module of their own, ``<module>_f64``, with the same options: a float32 run never
-compiles them. On an H200 they were about half of a cold build's kernel compile time.
+compiles them, and they would otherwise be a large part of a cold build's kernel compile time
+(benchmarks/RESULTS.md, cold build).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 In torch (``nurec_usd.train.densify.perturb_transparent_reference``, its twin) this is about 20
 element-wise operations and a batched 3x3 matrix product over every Gaussian, twice per training
-step (static and actor Gaussians): on drive30 on an H200 about 1.2 ms of host time per call
-(under cProfile) and 0.7 ms of GPU time per step in the matrix products (benchmarks/RESULTS.md).
+step (static and actor Gaussians): host time for the launches and GPU time for the small
+matrix products (benchmarks/RESULTS.md, training step).
 One thread per Gaussian does it here; the standard-normal noise is drawn by torch (its
 generator, so runs stay reproducible).
 """

@@ -3,10 +3,10 @@
 The torch twin (``nurec_usd.render.reference.sky_colors_reference``) samples the map with
 ``grid_sample``; its backward adds every pixel's four corner weights into the map atomically.
 The map is tiny (3 x 16 x 64 texels by default) and a camera image has ~1M pixels, so ~900
-pixels land on each texel, and those atomics serialise: 2.1 ms of an H200's time per drive30
-step (benchmarks/RESULTS.md). Here the backward first sums, within each CUDA warp, the lanes
-that share their texel footprint (a segmented scan over the 32 lanes: neighbouring pixels of a
-row), and only the last lane of each run adds into the map.
+pixels land on each texel, and those atomics serialise (benchmarks/RESULTS.md, sky). Here the
+backward first sums, within each CUDA warp, the lanes that share their texel footprint (a
+segmented scan over the 32 lanes: neighbouring pixels of a row), and only the last lane of each
+run adds into the map.
 
 Geometry, as the twin: azimuth atan2(y, x) spans the map's W columns with one wrapped column
 added on each side (so +-180 degrees blend), elevation +90 degrees at the top row, bilinear

@@ -2,7 +2,7 @@
 
 The training loss's SSIM (``nurec_usd.train.metrics.ssim``, its torch twin) blurs five images
 (x, y, x^2, y^2, xy) with an 11-tap Gaussian, each blur two grouped convolutions, and autograd
-adds as many again: about 5.7 ms of an H200's time per drive30 step (benchmarks/RESULTS.md).
+adds as many again: a large share of a drive30 training step (benchmarks/RESULTS.md, ssim).
 Here the blur is separable and fused:
 
   * :data:`ssim_rows`: along each row, the window's weighted sums of the five images at once;

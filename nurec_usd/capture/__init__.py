@@ -1,6 +1,6 @@
 """Captures: the native format's dataclasses, loader, validation and writer.
 
-Importers for other formats (later) produce the same ``Capture``.
+Importers for other formats (``nurec_usd.capture.importers``) produce the same ``Capture``.
 """
 
 from nurec_usd.capture.errors import CaptureError, Problem

@@ -11,9 +11,9 @@ def direct_apply(function: type[torch.autograd.Function]) -> Callable:
     """``function.apply``, minus its Python wrapper whenever no functorch transform is active.
 
     ``torch.autograd.Function.apply`` is a Python wrapper (functorch's transforms) around the
-    C++ apply; outside a transform it only calls the latter. The wrapper cost the
-    interpolation's forward 3-8 us of host time in about 60 (measured on the CPU with the
-    kernels stubbed), and the renders' forward calls are as host-bound on small scenes.
+    C++ apply; outside a transform it only calls the latter. The wrapper is a measurable share
+    of the interpolation's host time per forward call (the kernels stubbed, on the CPU), and the
+    renders' forward calls are as host-bound on small scenes.
     Inside a transform the call goes through ``function.apply`` as usual.
     """
     node_apply = super(torch.autograd.Function, function).apply  # the C++ apply, bound to the class

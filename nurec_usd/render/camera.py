@@ -135,7 +135,7 @@ class RenderSettings:
     far: float = 1e4
     capacity: int | None = None  # intersections buffer; None: sized exactly (one host sync)
     # the depth image (CameraRender.depth); without it the forward rasterizer leaves the depths
-    # out (about a tenth of its time on an H200) and the render's depth is None
+    # out (about a tenth of its time) and the render's depth is None
     depth: bool = True
 
 

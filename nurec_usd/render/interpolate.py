@@ -5,8 +5,8 @@ For a time t, :func:`interpolate_gaussians` computes every actor's pose from its
 rotations) from the actor's box frame into the world, and writes them after the static
 Gaussians into the arrays the renderer consumes, in two kernel launches without any host
 synchronisation (``t`` stays on the device): the actors' poses and the static copy, then the
-actor Gaussians. (One launch in which every actor Gaussian searched its own track took 66 us
-of GPU time on an H200; the two take 45-50 us: benchmarks/RESULTS.md, interp.) Both are queued
+actor Gaussians. (Two launches take less GPU time than one in which every actor Gaussian
+searches its own track: benchmarks/RESULTS.md, interp.) Both are queued
 before the autograd node is built; under ``torch.no_grad()``, or when no input needs a
 gradient, none is built.
 
@@ -450,8 +450,8 @@ def _queue_static(t: torch.Tensor, tracks: TrackKeys, corr_t: torch.Tensor | Non
     visible), means [Ns+Na, 3], quats [Ns+Na, 4], visible [Ns+Na]).
 
     The launch computes the actors' poses at t (when any Gaussian is an actor's) and copies the
-    static Gaussians into the outputs: the poses are chains of dependent reads (~20 us on an
-    H200) that the copy hides. The second launch (:func:`_queue_actors`) moves the actor
+    static Gaussians into the outputs: the poses are chains of dependent reads that the copy
+    hides. The second launch (:func:`_queue_actors`) moves the actor
     Gaussians by those poses. Both are queued before the autograd call, so the device works
     while the host builds the autograd node: on a small scene the host is the slower of the two.
     """

@@ -1,14 +1,14 @@
 """Compile a build's GPU kernels in the background while the capture loads.
 
 Warp compiles a kernel module at the first launch of one of its kernels, one module after
-another. With a cold kernel cache (a fresh machine or container) that was about 18 s of a
-build's training stage on an H200 (``benchmarks/RESULTS.md``). :class:`KernelWarmup`
+another. With a cold kernel cache (a fresh machine or container) that would hold up a build's
+first training steps for many seconds (``benchmarks/RESULTS.md``, cold build). :class:`KernelWarmup`
 compiles every float32 module a build launches, several at a time, in a background thread
 started before the capture loads. Loading is host work (decoding images, reading sweeps) and
 Warp's compiler releases the GIL, so the two overlap. :meth:`KernelWarmup.wait` joins before
 the first kernel runs.
 
-A failure here is not fatal: the kernels then compile at their first launch, as before.
+A failure here is not fatal: the kernels then compile at their first launch, as without it.
 """
 
 from __future__ import annotations
