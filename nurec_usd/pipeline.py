@@ -392,6 +392,8 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
             "git": _git_commit(), "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
             "stage_seconds": {k: round(v, 3) for k, v in stages.items()},
             "command": sys.argv, "overflowing_steps": result.overflows, "usd_export": usd_note or "written",
+            # with config.json, what a batch compares to decide that a run is up to date
+            "build_options": {"format": format, "usdz": usdz, "collision": collision},
         })
         out_dir = staged.commit()
     except torch.cuda.OutOfMemoryError as err:
