@@ -169,7 +169,8 @@ def main() -> int:
         if m["gpus"]:
             for gpu, g in m["gpus"].items():
                 print(f"GPU {gpu}: utilisation {g['util_mean']:.0f}% mean, {g['util_median']:.0f}% median, busy "
-                      f"{100 * g['busy_share']:.0f}% of {g['samples']} samples; memory peak {g['memory_peak_mib']:.0f} MiB")
+                      f"{100 * g['busy_share']:.0f}% of {g['samples']} samples; "
+                      f"memory peak {g['memory_peak_mib']:.0f} MiB")
         elif m["gpus"] is None:
             print("GPU utilisation: no nvidia-smi here")
         rows.append(m)

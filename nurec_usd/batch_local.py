@@ -5,14 +5,14 @@ its own ``CUDA_VISIBLE_DEVICES`` before torch is imported, so that a worker sees
 as ``cuda:0``. Workers live for the whole batch (torch, Warp and the compiled kernels are loaded
 once) and take one run at a time from the parent, which always knows what each one holds: a
 worker that dies (killed, out of host memory) has its run given to a fresh worker, up to
-``retries`` times. A worker whose parent dies stops at once and its build removes what it wrote.
+``retries`` times. A worker whose parent dies stops within a second, and its build removes what it wrote.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
-import queue
 import signal
 import threading
 import time
@@ -81,7 +81,7 @@ def _sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def _worker_main(slot: Slot, parent: int, tasks, results, worker_id: int) -> None:
+def _worker_main(slot: Slot, parent: int, conn) -> None:
     """A worker process: set up its device, then build the runs the parent sends until it sends None."""
     os.environ["CUDA_VISIBLE_DEVICES"] = slot.gpu if slot.gpu is not None else ""  # as it started (see _Worker)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
@@ -92,20 +92,24 @@ def _worker_main(slot: Slot, parent: int, tasks, results, worker_id: int) -> Non
 
         torch.set_num_threads(slot.threads)
     while True:
-        item = tasks.get()
+        try:
+            item = conn.recv()
+        except EOFError:  # the parent closed its end
+            return
         if item is None:
             return
         index, spec = item
-        results.put((worker_id, index, run_one(spec)))
+        conn.send((index, run_one(spec)))
 
 
 class _Worker:
-    def __init__(self, ctx, slot: Slot, results, worker_id: int):
+    """A worker process and its own pipe: a worker killed mid-message garbles only its own channel."""
+
+    def __init__(self, ctx, slot: Slot):
         self.slot = slot
-        self.id = worker_id
-        self.tasks = ctx.SimpleQueue()
-        self.process = ctx.Process(target=_worker_main, args=(slot, os.getpid(), self.tasks, results, worker_id),
-                                   name=f"nurec_usd-batch-{worker_id}", daemon=True)
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=_worker_main, args=(slot, os.getpid(), child), name="nurec_usd-batch",
+                                   daemon=True)
         # The new interpreter starts with its GPU already chosen: whatever it imports first (a script's
         # own `import torch` included) sees only that GPU.
         saved = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -117,6 +121,7 @@ class _Worker:
                 del os.environ["CUDA_VISIBLE_DEVICES"]
             else:
                 os.environ["CUDA_VISIBLE_DEVICES"] = saved
+        child.close()
         self.index: int | None = None  # the run it holds
 
 
@@ -137,13 +142,11 @@ def run_local(specs: list[RunSpec], slots: list[Slot], on_done: Callable[[int, d
     failed. KeyboardInterrupt stops the workers (their builds leave nothing) and passes through.
     """
     ctx = mp.get_context("spawn")
-    results = ctx.Queue()
     pending = list(range(len(specs)))
     attempts = [0] * len(specs)
     started = [0.0] * len(specs)
     done: set[int] = set()
-    workers = [_Worker(ctx, slot, results, i) for i, slot in enumerate(slots[:len(specs)])]
-    next_id = len(workers)
+    workers = [_Worker(ctx, slot) for slot in slots[:len(specs)]]
 
     def finish(index: int, record: dict[str, Any]) -> None:
         done.add(index)
@@ -155,37 +158,44 @@ def run_local(specs: list[RunSpec], slots: list[Slot], on_done: Callable[[int, d
     try:
         while len(done) < len(specs):
             for w in workers:  # hand out work
-                if w.index is None and pending and w.process.is_alive():
+                if w.index is None and pending:
                     w.index = pending.pop(0)
                     attempts[w.index] += 1
                     started[w.index] = time.monotonic()
-                    w.tasks.put((w.index, specs[w.index]))
-            try:
-                worker_id, index, record = results.get(timeout=0.5)
-            except queue.Empty:
-                pass
-            else:
-                for w in workers:
-                    if w.id == worker_id:
+                    try:
+                        w.conn.send((w.index, specs[w.index]))
+                    except OSError:  # it died: found below
+                        pass
+            # a result, or a worker's end (its sentinel), whichever comes first
+            ready = mp_connection.wait([w.conn for w in workers] + [w.process.sentinel for w in workers], 0.5)
+            replaced = []
+            for w in workers:
+                if w.conn in ready:
+                    try:
+                        index, record = w.conn.recv()
+                    except (EOFError, OSError):  # it died mid-message or before any: handled as dead
+                        pass
+                    else:
                         w.index = None
-                if index not in done:
-                    finish(index, record)
-                continue
-            for i, w in enumerate(workers):  # a worker that died: its run is retried, or failed
+                        if index not in done:
+                            finish(index, record)
+                        replaced.append(w)
+                        continue
                 if w.process.is_alive():
+                    replaced.append(w)
                     continue
-                held, w.index = w.index, None
+                held, w.index = w.index, None  # a worker that died: its run is retried, or failed
                 if held is not None and held not in done:
                     if attempts[held] <= retries:
                         pending.insert(0, held)
                     else:
                         finish(held, run_record(specs[held], "failed", started[held],
-                                                error=f"its worker process died {attempts[held]} times (last: "
-                                                      f"{_death(w.process.exitcode)}); see the log"))
+                                                error=f"its worker process died on each of {attempts[held]} "
+                                                      f"attempt(s) (last: {_death(w.process.exitcode)}); see the log"))
+                w.conn.close()
                 if pending:
-                    workers[i] = _Worker(ctx, w.slot, results, next_id)
-                    next_id += 1
-            workers = [w for w in workers if w.process.is_alive()]  # the dead ones were replaced or not needed
+                    replaced.append(_Worker(ctx, w.slot))
+            workers = replaced
     finally:
         _stop(workers)
 
@@ -197,8 +207,8 @@ def _stop(workers: list[_Worker], timeout_s: float = 30.0) -> None:
             continue
         if w.index is None:
             try:
-                w.tasks.put(None)
-            except (OSError, ValueError):
+                w.conn.send(None)
+            except OSError:
                 w.process.terminate()
         else:
             w.process.terminate()
@@ -208,3 +218,4 @@ def _stop(workers: list[_Worker], timeout_s: float = 30.0) -> None:
         if w.process.is_alive():
             w.process.kill()
             w.process.join()
+        w.conn.close()

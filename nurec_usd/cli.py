@@ -192,7 +192,6 @@ _RAY_ADDRESS = re.compile(r"(auto|local|[A-Za-z][A-Za-z0-9+.-]*://\S+|[\w.-]+:\d
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:
-    from nurec_usd.batch_local import BatchSetupError
     from nurec_usd.batch_ray import RayMissingError
     from nurec_usd.batch_runs import BatchError, batch
 

@@ -77,7 +77,8 @@ def _assert_valid_run(run: Path) -> None:
         assert (run / name).is_file(), run / name
     assert json.loads((run / "manifest.json").read_text())["usd_export"] == "written"
     stage = Usd.Stage.Open(str(run / "usd" / "root.usda"))
-    errors = UsdValidation.ValidationContext(UsdValidation.ValidationRegistry().GetOrLoadAllValidators()).Validate(stage)
+    validators = UsdValidation.ValidationRegistry().GetOrLoadAllValidators()
+    errors = UsdValidation.ValidationContext(validators).Validate(stage)
     assert not errors, [f"{e.GetName()}: {e.GetMessage()}" for e in errors]
     uvn = pytest.importorskip("usd_validation_nvidia")
     engine = uvn.ValidationEngine()
@@ -181,7 +182,10 @@ def test_changed_inputs_options_or_force_rebuild(local_out, captures, tmp_path):
     out, _ = local_out
     mtime = lambda name: (out / name / "manifest.json").stat().st_mtime_ns  # noqa: E731
     before = {name: mtime(name) for name in GOOD}
-    run = lambda items, **kw: batch(items, out, progress=False, log=_quiet, device="cpu", **{**QUICK, **kw})  # noqa: E731
+
+    def run(items, **kw):
+        return batch(items, out, progress=False, log=_quiet, device="cpu", **{**QUICK, **kw})
+
     # a copy of c elsewhere has the same inputs: up to date; once its manifest changes, it is not
     moved = tmp_path / "moved" / "c"
     shutil.copytree(captures / "c", moved)
@@ -270,6 +274,25 @@ def test_killed_worker_is_retried_and_killed_batch_resumes(captures, tmp_path):
         _assert_valid_run(out / name)
     assert _leftovers(out) == []
     assert "1 skipped (up to date)" in r.stdout and "2 built" in r.stdout
+
+
+def test_run_whose_worker_keeps_dying_is_reported_failed(captures, tmp_path):
+    import threading
+
+    out = tmp_path / "out"
+    log = out / "logs" / "a.log"
+
+    def kill_its_worker() -> None:
+        _wait_for(lambda: _header_pids(log), 120, "run a to start")
+        os.kill(_header_pids(log)[0], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_its_worker)
+    killer.start()
+    result = batch([captures / "a"], out, retries=0, device="cpu", progress=False, log=_quiet, **QUICK)
+    killer.join()
+    (run,) = result.runs
+    assert run["status"] == "failed" and "killed by SIGKILL" in run["error"], run
+    assert not (out / "a").exists() and _leftovers(out) == []
 
 
 # ---------------------------------------------------------------------------------------------
