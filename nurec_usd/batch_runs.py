@@ -288,7 +288,7 @@ def batch(captures: list[str | Path] | str | Path, out: str | Path, *, workers: 
     if not use_ray:
         from nurec_usd.batch_local import plan_slots
 
-        slots = plan_slots(workers, device)
+        slots = plan_slots(workers, device)[:len(paths)]  # no idle workers
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     names = run_names(paths)
