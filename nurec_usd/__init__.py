@@ -13,3 +13,10 @@ def build(*args, **kwargs):
     from nurec_usd.pipeline import build as _build
 
     return _build(*args, **kwargs)
+
+
+def batch(*args, **kwargs):
+    """Build and export many captures, each into its own run directory: see :func:`nurec_usd.batch_runs.batch`."""
+    from nurec_usd.batch_runs import batch as _batch
+
+    return _batch(*args, **kwargs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -127,22 +128,33 @@ def parse_option(text: str) -> tuple[str, object]:
         return key, value
 
 
-def _cmd_build(args: argparse.Namespace) -> int:
-    from nurec_usd.pipeline import BuildError, build
-    from nurec_usd.capture import CaptureError
+def _build_option_values(args: argparse.Namespace, command: str) -> dict[str, object] | None:
+    """The training and init options given by the build options (``_build_options``) and ``--set``;
+    None, after printing why, when one is unknown or given twice."""
     from nurec_usd.train.config import option_names, unknown_option
 
     options = {"steps": args.steps, "max_gaussians": args.max_gaussians, "seed": args.seed,
-               "voxel_m": args.voxel, "refine_tracks": args.refine_tracks or None, "downscale": args.downscale, "eval_every": args.eval_every}
+               "voxel_m": args.voxel, "refine_tracks": args.refine_tracks or None, "downscale": args.downscale,
+               "eval_every": args.eval_every}
     known = option_names()
     for key, value in args.set:
         if key not in known:
-            print(f"build: --set {key}: {unknown_option(key)} (options: {', '.join(known)})", file=sys.stderr)
-            return 2
+            print(f"{command}: --set {key}: {unknown_option(key)} (options: {', '.join(known)})", file=sys.stderr)
+            return None
         if options.get(key) is not None:
-            print(f"build: --set {key} repeats an option its own flag gave", file=sys.stderr)
-            return 2
+            print(f"{command}: --set {key} repeats an option its own flag gave", file=sys.stderr)
+            return None
         options[key] = value
+    return options
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from nurec_usd.pipeline import BuildError, build
+    from nurec_usd.capture import CaptureError
+
+    options = _build_option_values(args, "build")
+    if options is None:
+        return 2
     try:
         result = build(args.capture, args.out, preset=args.preset, budget_s=args.budget_s, device=args.device,
                        format=args.format, overwrite=args.overwrite, progress=not args.no_progress,
@@ -221,6 +233,50 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             shutil.rmtree(work, ignore_errors=True)
     print("\n" + RESULTS_HEADER + "\n" + "|---" * (RESULTS_HEADER.count("|") - 1) + "|\n" + "\n".join(rows))
     return 1 if failed else 0
+
+
+# what a word after --ray must look like to be taken as a Ray address rather than as a capture
+_RAY_ADDRESS = re.compile(r"(auto|local|[A-Za-z][A-Za-z0-9+.-]*://\S+|[\w.-]+:\d+)")
+
+
+def _cmd_batch(args: argparse.Namespace) -> int:
+    from nurec_usd.batch_ray import RayMissingError
+    from nurec_usd.batch_runs import BatchError, batch
+
+    captures = list(args.captures)
+    ray = args.ray
+    if ray and (Path(ray).exists() or not _RAY_ADDRESS.fullmatch(ray)):
+        captures.insert(0, Path(ray))  # `--ray CAPTURE ...`: argparse gave --ray the first capture
+        ray = ""
+    if not captures:
+        print("batch: no captures given (CAPTURE: a capture, a folder of captures or a list file)", file=sys.stderr)
+        return 2
+    options = _build_option_values(args, "batch")
+    if options is None:
+        return 2
+    try:
+        result = batch(captures, args.out, workers=args.workers, ray=None if ray is None else (ray or True),
+                       force=args.force, retries=args.retries, preset=args.preset, budget_s=args.budget_s,
+                       device=args.device, format=args.format, collision=args.collision, usdz=args.usdz,
+                       progress=not args.no_progress, **options)
+    except RayMissingError as err:
+        print(f"batch: --ray: {err}", file=sys.stderr)
+        return 2
+    except ValueError as err:  # a bad option or value; no GPU for --device cuda
+        print(f"batch: {err}", file=sys.stderr)
+        return 2
+    except (BatchError, ConnectionError, RuntimeError) as err:
+        print(f"batch: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"batch: interrupted; the same command continues where it stopped ({args.out}/batch.json)",
+              file=sys.stderr)
+        return 130
+    print(result.table())
+    c = result.counts
+    print(f"{c['built']} built, {c['skipped']} skipped (up to date), {c['failed']} failed in {result.seconds:.1f} s; "
+          f"{result.batch_json}; logs in {result.out / 'logs'}")
+    return 0 if result.ok else 1
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -305,6 +361,31 @@ def _export_options(p: argparse.ArgumentParser) -> None:
                         "depth) with UsdPhysics collision APIs, referenced from root.usda")
 
 
+def _build_options(p: argparse.ArgumentParser, batch: bool = False) -> None:
+    """The options of a build, shared by build and batch."""
+    p.add_argument("--preset", choices=("fast", "quality"), default="fast",
+                   help="fast: 3k steps, SH degree 1; quality: 30k steps, SH degree 3, finer init (default: fast)")
+    p.add_argument("--budget-s", type=float, default=None, metavar="N",
+                   help="end training gracefully after N seconds of wall time (evaluation and export still run)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the preset's)")
+    p.add_argument("--max-gaussians", type=int, default=None, help="cap on the Gaussian count (default: the preset's)")
+    p.add_argument("--voxel", type=float, default=None, metavar="M", help="initial voxel size in metres")
+    p.add_argument("--downscale", type=int, default=None, metavar="K",
+                   help="train and evaluate on images shrunk K times (default: 1, full resolution)")
+    p.add_argument("--refine-tracks", action="store_true", help="also optimise the actors' track poses")
+    p.add_argument("--eval-every", type=int, default=None, metavar="N",
+                   help="hold out the frames and sweeps whose index is N/2 mod N (default: 8; 0: none)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: 0)")
+    p.add_argument("--device", default="auto",
+                   help="auto (default: the GPUs when torch sees one, else the CPU), cuda, cpu; each worker gets "
+                        "a GPU of its own" if batch else "auto (default: a CUDA GPU when torch sees one), cpu, cuda:N")
+    p.add_argument("--format", default=None, help="capture format, instead of detecting it")
+    p.add_argument("--set", action="append", default=[], type=parse_option, metavar="KEY=VALUE",
+                   help="any other training or init option, e.g. --set lidar_range_weight=0.5 (repeatable; a "
+                        "run's config.json lists them all with the values it used)")
+    _export_options(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m nurec_usd``."""
     parser = argparse.ArgumentParser(
@@ -371,31 +452,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "kept), 2 on a usage error.")
     p.add_argument("capture", type=Path, help="capture directory (native, or a format --format names)")
     p.add_argument("-o", "--out", required=True, type=Path, help="run directory to create")
-    p.add_argument("--preset", choices=("fast", "quality"), default="fast",
-                   help="fast: 3k steps, SH degree 1; quality: 30k steps, SH degree 3, finer init (default: fast)")
-    p.add_argument("--budget-s", type=float, default=None, metavar="N",
-                   help="end training gracefully after N seconds of wall time (evaluation and export still run)")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default: the preset's)")
-    p.add_argument("--max-gaussians", type=int, default=None, help="cap on the Gaussian count (default: the preset's)")
-    p.add_argument("--voxel", type=float, default=None, metavar="M", help="initial voxel size in metres")
-    p.add_argument("--downscale", type=int, default=None, metavar="K",
-                   help="train and evaluate on images shrunk K times (default: 1, full resolution)")
-    p.add_argument("--refine-tracks", action="store_true", help="also optimise the actors' track poses")
-    p.add_argument("--eval-every", type=int, default=None, metavar="N",
-                   help="hold out the frames and sweeps whose index is N/2 mod N (default: 8; 0: none)")
-    p.add_argument("--seed", type=int, default=None, help="random seed (default: 0)")
-    p.add_argument("--device", default="auto", help="auto (default: a CUDA GPU when torch sees one), cpu, cuda:N")
-    p.add_argument("--format", default=None, help="capture format, instead of detecting it")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _build_options(p)
     p.add_argument("--profile", action="store_true",
                    help="time every stage and the parts of a window of training steps (host and GPU time, the "
                         "GPU's idle time, the largest kernels): printed at the end and written to "
                         "profile.txt / profile.json in the run directory")
-    p.add_argument("--set", action="append", default=[], type=parse_option, metavar="KEY=VALUE",
-                   help="any other training or init option, e.g. --set lidar_range_weight=0.5 (repeatable; a "
-                        "run's config.json lists them all with the values it used)")
-    _export_options(p)
     p.set_defaults(func=_cmd_build)
 
     p = sub.add_parser(
@@ -419,6 +482,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda:N")
     p.add_argument("--out", type=Path, default=None, help="keep the run directories here (default: removed)")
     p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser(
+        "batch", help="build and export many captures, each into OUT/<name> (local worker processes or Ray)",
+        description="Build and export every capture into its own run directory OUT/<name>, as build does. A run "
+                    "that fails is reported and the others go on. A run whose inputs (their SHA-256) and "
+                    "resolved configuration match a finished run in OUT is skipped (--force rebuilds it), so a "
+                    "batch that was interrupted continues where it stopped when run again; run directories "
+                    "appear only when complete. Writes OUT/logs/<name>.log per run and OUT/batch.json (status, "
+                    "wall time, held-out metrics, size, error per run) and prints a summary table. Locally, runs "
+                    "go to worker processes, one per visible GPU (each sees only its own GPU; choose them with "
+                    "CUDA_VISIBLE_DEVICES), or CPU workers. With --ray, each run is a Ray task asking for one "
+                    "GPU where the cluster has GPUs. Exit 0 when every run succeeded (built or up to date), 1 "
+                    "when one failed, 2 on a usage error.")
+    p.add_argument("captures", nargs="*", type=Path, metavar="CAPTURE",
+                   help="a capture (any format build reads), a folder of captures, or a .txt file listing "
+                        "captures one a line")
+    p.add_argument("-o", "--out", required=True, type=Path, help="output folder: one run directory per capture")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="runs at once (default: one per visible GPU, else 1; more workers than GPUs share them; "
+                        "with --ray: as many as the cluster's resources allow)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run each capture as a Ray task: without ADDRESS on a local Ray (or the cluster "
+                        "RAY_ADDRESS names), with it on that cluster (ray://HOST:10001, HOST:6379, auto); OUT and "
+                        "the captures must be on a file system every node sees. Needs the ray extra: pip install "
+                        "\"nurec_usd[ray]\"")
+    p.add_argument("--force", action="store_true", help="rebuild runs that are up to date")
+    p.add_argument("--retries", type=int, default=2, metavar="N",
+                   help="how many more times a run whose worker process died is tried (default: 2)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _build_options(p, batch=True)
+    p.set_defaults(func=_cmd_batch)
 
     p = sub.add_parser("export", help="write a finished run's scene as OpenUSD layers (and a 3DGS .ply)",
                        description="Read RUN/scene.pt (written by build) and write the USD layers of the time-varying "

@@ -413,6 +413,8 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
                 "started_at": started_at, "stage_seconds": {k: round(v, 3) for k, v in stages.items()},
                 "stages": clock.to_list(), "command": sys.argv, "overflowing_steps": result.overflows,
                 "usd_export": export.note or "written",
+                # with config.json, what a batch compares to decide that a run is up to date
+                "build_options": {"format": format, "usdz": usdz, "collision": collision},
             })
             out_dir = staged.commit()
     except torch.cuda.OutOfMemoryError as err:
