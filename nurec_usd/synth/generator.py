@@ -75,7 +75,9 @@ def resolve_device(device: str | None) -> str:
     """"cuda:0" when a CUDA device is available and none was asked for, else the asked one (checked)."""
     import warp as wp
 
-    wp.init()
+    from nurec_usd.render.warp_init import init_warp
+
+    init_warp()  # quietly: no banner, no "no CUDA driver" line on a CPU-only machine
     if device in (None, "", "auto"):
         return "cuda:0" if wp.is_cuda_available() else "cpu"
     try:
