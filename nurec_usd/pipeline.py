@@ -138,9 +138,11 @@ def _have_usd() -> bool:
 
 
 def export_run(run: str | Path, out: str | Path, *, ply: bool = False, usdz: bool = False, collision: bool = False,
-               overwrite: bool = False, device: str = "auto", progress: bool = False) -> dict[str, Path]:
+               overwrite: bool = False, device: str = "auto", progress: bool = False, ply_actors: bool = False,
+               ply_pad_sh: bool = False) -> dict[str, Path]:
     """Export a finished run (its ``scene.pt``) as USD layers into ``out`` (all or nothing), with
-    optionally ``out/scene.ply``, ``out/scene.usdz`` and ``out/collision.usdc`` (see ``export_usd``).
+    optionally ``out/scene.ply``, ``out/scene.usdz``, ``out/collision.usdc`` and per-actor PLYs
+    with their tracks (see ``export_usd``).
 
     Returns what was written, by name.
     """
@@ -159,11 +161,14 @@ def export_run(run: str | Path, out: str | Path, *, ply: bool = False, usdz: boo
 
     with _views_bar(collision and progress) as bar:
         out = export_usd(scene, out, overwrite=overwrite, ply=ply, usdz=usdz, collision=collision,
-                         device=resolve_device(device) if collision else "cpu", progress=bar)
+                         device=resolve_device(device) if collision else "cpu", progress=bar,
+                         ply_actors=ply_actors, ply_pad_sh=ply_pad_sh)
     written = {"usd": out / "root.usda"}
     for name, file in (("collision", "collision.usdc"), ("ply", "scene.ply"), ("usdz", "scene.usdz")):
         if (out / file).is_file():
             written[name] = out / file
+    if ply_actors:
+        written["actor plys"] = out / "actors"
     return written
 
 

@@ -15,6 +15,8 @@
       collision.usdc       (optional) /Collision: a triangle mesh of the static scene with UsdPhysics
                            collision APIs, referenced from root.usda at /World/Collision
       scene.ply            (optional) the static Gaussians in the common 3DGS PLY layout
+      actors/<track>.ply   (optional) one actor's Gaussians in its box frame, same layout, with
+      actors/<track>.track.json  its timed poses (nurec_usd.export.actor_ply)
       scene.usdz           (optional) the stage packaged as one file (layers and sky.png)
 
 Gaussians are written post-activation (exp scales, sigmoid opacities, unit quaternions) as
@@ -793,7 +795,8 @@ def _write_root(path: Path, timing: Timing, capture_name: str | None, collision:
 
 
 def export_usd(scene, out_dir: str | Path, overwrite: bool = False, *, ply: bool = False, usdz: bool = False,
-               collision: bool = False, device: Any = "cpu", progress=None) -> Path:
+               collision: bool = False, device: Any = "cpu", progress=None, ply_actors: bool = False,
+               ply_pad_sh: bool = False) -> Path:
     """Write ``scene`` as the USD layers of USD.md into ``out_dir`` (all or nothing).
 
     Args:
@@ -801,6 +804,9 @@ def export_usd(scene, out_dir: str | Path, overwrite: bool = False, *, ply: bool
         out_dir: the folder to create (``root.usda`` and its layers).
         overwrite: replace an existing ``out_dir`` (only once the new one is complete).
         ply: also write ``scene.ply``, the static Gaussians in the common 3DGS layout.
+        ply_actors: also write ``actors/<track>.ply`` (each actor's Gaussians in its box frame) and
+            ``actors/<track>.track.json`` (its timed poses), see :mod:`nurec_usd.export.actor_ply`.
+        ply_pad_sh: write the PLYs with SH degree 3 (45 ``f_rest``), zero past the scene's degree.
         usdz: also package the stage as ``scene.usdz`` (refused past the zip limit, see
             :mod:`nurec_usd.export.usdz`).
         collision: also write ``collision.usdc``, a mesh of the static scene fused from rendered
@@ -827,10 +833,15 @@ def export_usd(scene, out_dir: str | Path, overwrite: bool = False, *, ply: bool
         rig = scene.metadata.get("rig") or {}
         _write_root(root / "root.usda", timing, rig.get("capture_name"), collision,
                     render_settings=bool(rig.get("cameras")))
+        pad = 3 if ply_pad_sh else None
         if ply:
             from nurec_usd.export.ply import write_gaussian_ply
 
-            write_gaussian_ply(scene.static, scene.sh_degree, root / "scene.ply")
+            write_gaussian_ply(scene.static, scene.sh_degree, root / "scene.ply", pad_to_degree=pad)
+        if ply_actors:
+            from nurec_usd.export.actor_ply import write_actor_plys
+
+            write_actor_plys(scene, root / "actors", names, pad_to_degree=pad)
         if usdz:
             from nurec_usd.export.usdz import package_usdz
 
