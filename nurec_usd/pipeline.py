@@ -178,9 +178,9 @@ def _views_bar(show: bool):
     if not show:
         yield None
         return
-    from tqdm import tqdm
+    from nurec_usd.progress import progress_bar
 
-    with tqdm(desc="collision mesh", unit="view") as bar:
+    with progress_bar(None, "collision mesh", "view") as bar:
         def update(done: int, total: int) -> None:
             bar.total = total
             bar.n = done
@@ -221,6 +221,17 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
     raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def sh_degree_note(reached: int, target: int, interval: int) -> str:
+    """The note of a build whose scene ends below its configured SH degree (the degree rises by
+    one every ``interval`` steps: degree d is in use from step d * interval on)."""
+    what = " (view-independent colour)" if reached == 0 else ""
+    needs = f"degree {reached + 1} needs more than {(reached + 1) * interval} steps"
+    if target > reached + 1:
+        needs += f", degree {target} more than {target * interval}"
+    return (f"note: the scene ends at SH degree {reached}{what}, below the configured {target}: the degree rises "
+            f"by one every {interval} steps, so {needs} (--steps)")
 
 
 def initial_scene(capture: Capture, data: CaptureData, init: InitConfig,
@@ -273,6 +284,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
 
     from nurec_usd.capture.importers import load_any
     from nurec_usd.capture.staging import StagedDirectory
+    from nurec_usd.progress import progress_bar
     from nurec_usd.render.warp_torch import init_warp
     from nurec_usd.train.config import make_config
 
@@ -337,13 +349,14 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         from nurec_usd.train.trainer import Trainer
 
         trainer = Trainer(scene, data, config.train, log=say)
-        with tqdm(total=config.train.steps, desc="train", unit="step", disable=not progress or None,
-                  file=sys.stderr, dynamic_ncols=True) as bar:
+        with progress_bar(config.train.steps, "train", "step", enabled=progress, postfix_follows=True) as bar:
             result = trainer.run(config.budget_s, progress=bar)
         num_gaussians = scene.num_gaussians
         stages["train"] = result.seconds
         say(f"training {result.status}: {result.message} ({result.seconds:.1f} s, "
             f"{result.steps / max(result.seconds, 1e-9):.1f} steps/s)")
+        if scene.sh_degree < config.train.sh_degree:
+            say(sh_degree_note(scene.sh_degree, config.train.sh_degree, config.train.sh_interval))
 
         stage = "export"  # the scene is written first: whatever happens in eval, training is not lost
         t0 = time.monotonic()
@@ -369,8 +382,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         from nurec_usd.train.evaluate import evaluate
 
         n_eval = len(data.eval_frames) + len(data.eval_sweeps)
-        with tqdm(total=n_eval, desc="eval", unit="view", disable=not progress or None, file=sys.stderr,
-                  leave=False) as bar:
+        with progress_bar(n_eval, "eval", "view", enabled=progress, leave=False) as bar:
             metrics = evaluate(scene, data, staged.path, progress=bar.update)
         if usd_note is None:  # the export must replay the scene: checked on a held-out frame and sweep
             from nurec_usd.train.evaluate import replay_agreement
@@ -381,7 +393,8 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
                 say(f"note: replaying the USD export failed: {type(err).__name__}: {err}")
                 metrics["usd_replay_error"] = f"{type(err).__name__}: {err}"
         stages["eval"] = time.monotonic() - t0
-        metrics.update({"status": result.status, "steps": result.steps, "gaussians": scene.num_gaussians,
+        metrics.update({"status": result.status, "steps": result.steps, "sh_degree": scene.sh_degree,
+                        "gaussians": scene.num_gaussians,
                         "static_gaussians": len(scene.static), "actor_gaussians": len(scene.actors),
                         "steps_per_second": result.steps / max(result.seconds, 1e-9)})
         if dev.type == "cuda":
