@@ -34,11 +34,37 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validate_usd(args: argparse.Namespace) -> int:
+    from nurec_usd.export.usd_check import FAILING, StageOpenError, check_stage
+
+    try:
+        issues, ran = check_stage(args.capture)
+    except StageOpenError as err:
+        print(f"validate: {err}", file=sys.stderr)
+        return 1
+    failing = [i for i in issues if i.severity in FAILING]
+    for issue in issues:
+        if issue.severity not in FAILING:
+            print(f"  - {issue}", file=sys.stderr)
+    if failing:
+        count = len(failing)
+        print(f"{args.capture}: {count} USD problem{'s' if count != 1 else ''}", file=sys.stderr)
+        for issue in failing:
+            print(f"  - {issue}", file=sys.stderr)
+        return 1
+    print(f"{args.capture}: valid USD (checked by {'; '.join(ran)})")
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    from nurec_usd.export.usd_check import is_usd_path
+
+    if args.format is None and is_usd_path(args.capture):
+        return _cmd_validate_usd(args)
 
     from nurec_usd.capture import CaptureError, validate_capture
     from nurec_usd.capture.importers import detect_format, load_any
+    from nurec_usd.progress import progress_bar
 
     try:
         fmt = args.format or detect_format(args.capture)
@@ -58,8 +84,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         return 0
 
     def progress(it, total):
-        return tqdm(it, total=total, desc="decoding images and sweeps", unit="file",
-                    disable=None, leave=False, file=sys.stderr)
+        with progress_bar(total, "decoding images and sweeps", "file", enabled=not args.no_progress,
+                          leave=False) as bar:
+            for item in it:
+                yield item
+                bar.update()
 
     problems = validate_capture(args.capture, deep=not args.quick, workers=args.workers, progress=progress)
     if problems:
@@ -275,14 +304,24 @@ def build_parser() -> argparse.ArgumentParser:
                    "(native, nerfstudio, colmap, dgp, ...)")
     p.set_defaults(func=_cmd_inspect)
 
-    p = sub.add_parser("validate", help="check a capture; exit 0 when clean, 1 with every problem listed",
+    p = sub.add_parser("validate", help="check a capture or a USD stage; exit 0 when clean, 1 with every problem "
+                                        "listed",
                        description="Check a capture against the format (docs/capture-format.md): the manifest's "
-                                   "schema and meaning, every file, and (unless --quick) every image and sweep.")
-    p.add_argument("capture", type=Path, help="capture directory (or its capture.json)")
+                                   "schema and meaning, every file, and (unless --quick) every image and sweep. "
+                                   "Given a USD stage instead (a .usd/.usda/.usdc/.usdz file, an export folder "
+                                   "holding root.usda or a run folder holding usd/root.usda), run OpenUSD's "
+                                   "validators (pxr.UsdValidation, every registered one) and, where the "
+                                   "usd-validation-nvidia package is installed, NVIDIA's asset validator with its "
+                                   "GaussianSplatSchemaChecker, payloads loaded; exit 1 on any error or warning "
+                                   "(each listed: severity, prim, validator, message), or when USD cannot open "
+                                   "the file.")
+    p.add_argument("capture", type=Path, metavar="PATH",
+                   help="capture directory (or its capture.json), or a USD stage / export folder")
     p.add_argument("--quick", action="store_true",
                    help="skip decoding images and reading sweeps (headers and sizes are still checked)")
     p.add_argument("--workers", type=int, default=8, help="threads for decoding (default: 8)")
     p.add_argument("--format", default=None, help="capture format, instead of detecting it")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     p.set_defaults(func=_cmd_validate)
 
     from nurec_usd.synth.presets import PRESETS
@@ -367,7 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "the actors at the requested time with USD, and render the sensor: a camera to a PNG; a lidar "
                     "to a .ply of its returns (lidar frame, capture intensity units) plus <stem>_range.png. "
                     "Times are seconds since the capture start. A sequence (--start/--end/--fps) goes to a folder "
-                    "of numbered frames, or to a video when OUT ends in .mp4 or .avi (needs OpenCV).")
+                    "of numbered frames, or to a video when OUT ends in .mp4 or .avi (needs OpenCV). Exit 1 with "
+                    "one line naming the file when SCENE is not a USD stage USD can read or not a nurec_usd "
+                    "export, 2 on a usage error.")
     p.add_argument("scene", type=Path, help="root.usda / .usdz, an export folder, or a run folder (RUN/usd)")
     p.add_argument("--sensor", required=True, help="camera or lidar id (or its prim name under /World/Rig)")
     p.add_argument("--time", type=float, default=None, metavar="T", help="render at T seconds")
