@@ -30,6 +30,7 @@ from typing import Callable
 
 import numpy as np
 
+from nurec_usd.capture.staging import OutputExistsError
 from nurec_usd.synth.groundtruth import CONVENTIONS, GT_FORMAT, GT_VERSION, GroundTruthWriter, default_groundtruth_dir
 from nurec_usd.synth.presets import T0_US, WORLD_OFFSET_M, Preset, get_preset
 
@@ -159,7 +160,7 @@ def generate(preset: str | Preset, out_dir: str | Path, *, seed: int = 0, ground
         None if groundtruth_dir is None else Path(groundtruth_dir))
     for path in (out_dir, gt_dir):
         if path is not None and path.exists() and not overwrite:
-            raise FileExistsError(f"{path} already exists (pass overwrite=True / --overwrite to replace it)")
+            raise OutputExistsError(path)
     threads = threads or os.cpu_count() or 2
     on_cpu = device == "cpu"
     timer = StageTimer(device)
