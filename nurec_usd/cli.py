@@ -1,7 +1,9 @@
 """``python -m nurec_usd``: the command line.
 
 Commands print what a user needs and exit 0 on success, 1 when the input has problems
-(each listed, naming its file and field), 2 on a usage error.
+(each listed, naming its file and field), 2 on a usage error (an existing output without
+``--overwrite`` included). Long stages show a progress bar on a terminal and plain progress
+lines every few seconds elsewhere (``--no-progress``: neither).
 """
 
 from __future__ import annotations
@@ -14,6 +16,15 @@ import sys
 from pathlib import Path
 
 from nurec_usd import __version__
+
+
+def exists_message(command: str, err: FileExistsError) -> str:
+    """The one message of every command for an output that exists: ``COMMAND: OUT exists; pass
+    --overwrite to replace it`` (or the error's own text when it names no path)."""
+    path = getattr(err, "path", None) or err.filename
+    if path is None:
+        return f"{command}: {err}"
+    return f"{command}: {path} exists; pass --overwrite to replace it"
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -35,11 +46,37 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validate_usd(args: argparse.Namespace) -> int:
+    from nurec_usd.export.usd_check import FAILING, StageOpenError, check_stage
+
+    try:
+        issues, ran = check_stage(args.capture)
+    except StageOpenError as err:
+        print(f"validate: {err}", file=sys.stderr)
+        return 1
+    failing = [i for i in issues if i.severity in FAILING]
+    for issue in issues:
+        if issue.severity not in FAILING:
+            print(f"  - {issue}", file=sys.stderr)
+    if failing:
+        count = len(failing)
+        print(f"{args.capture}: {count} USD problem{'s' if count != 1 else ''}", file=sys.stderr)
+        for issue in failing:
+            print(f"  - {issue}", file=sys.stderr)
+        return 1
+    print(f"{args.capture}: valid USD (checked by {'; '.join(ran)})")
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    from nurec_usd.export.usd_check import is_usd_path
+
+    if args.format is None and is_usd_path(args.capture):
+        return _cmd_validate_usd(args)
 
     from nurec_usd.capture import CaptureError, validate_capture
     from nurec_usd.capture.importers import detect_format, load_any
+    from nurec_usd.progress import progress_bar
 
     try:
         fmt = args.format or detect_format(args.capture)
@@ -59,8 +96,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         return 0
 
     def progress(it, total):
-        return tqdm(it, total=total, desc="decoding images and sweeps", unit="file",
-                    disable=None, leave=False, file=sys.stderr)
+        with progress_bar(total, "decoding images and sweeps", "file", enabled=not args.no_progress,
+                          leave=False) as bar:
+            for item in it:
+                yield item
+                bar.update()
 
     problems = validate_capture(args.capture, deep=not args.quick, workers=args.workers, progress=progress)
     if problems:
@@ -75,24 +115,19 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    import warp as wp
-
-    wp.config.log_level = 30  # warnings only (LOG_WARNING): progress goes to stderr, stdout keeps the results
-    from tqdm import tqdm
-
     from nurec_usd.capture import CaptureError
+    from nurec_usd.progress import progress_bar
     from nurec_usd.synth import generate, get_preset
 
     preset = get_preset(args.preset)
     gt = None if args.no_groundtruth else (args.gt_out if args.gt_out is not None else "auto")
     total = preset.frames * (len(preset.cameras) + 1)
     try:
-        with tqdm(total=total, desc=f"synth {preset.name}", unit="frame", disable=None, leave=False,
-                  file=sys.stderr) as bar:
+        with progress_bar(total, f"synth {preset.name}", "frame", enabled=not args.no_progress, leave=False) as bar:
             result = generate(preset, args.out, seed=args.seed, groundtruth_dir=gt, device=args.device,
                               overwrite=args.overwrite, spp=args.spp, progress=bar.update)
     except FileExistsError as err:
-        print(f"synth: {err}", file=sys.stderr)
+        print(exists_message("synth", err), file=sys.stderr)
         return 2
     except ValueError as err:  # unknown device, bad spp
         print(f"synth: {err}", file=sys.stderr)
@@ -163,7 +198,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         print(err, file=sys.stderr)
         return 1
     except FileExistsError as err:
-        print(f"build: {err}; pass --overwrite to replace it", file=sys.stderr)
+        print(exists_message("build", err), file=sys.stderr)
         return 2
     except (BuildError, ValueError) as err:
         print(f"build: {err}", file=sys.stderr)
@@ -176,7 +211,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if "lidar_median_range_error_m" in m:
         print(f"lidar        median range error {m['lidar_median_range_error_m']:.3f} m, "
               f"hit accuracy {m['lidar_hit_accuracy']:.3f} over {m['held_out_sweeps']} sweeps")
-    print(f"gaussians    {m['gaussians']:,} ({m['static_gaussians']:,} static, {m['actor_gaussians']:,} actor)")
+    degree = m.get("sh_degree")
+    sh = "" if degree is None else f", SH degree {degree}" + (" (view-independent colour)" if degree == 0 else "")
+    print(f"gaussians    {m['gaussians']:,} ({m['static_gaussians']:,} static, {m['actor_gaussians']:,} actor){sh}")
     print("seconds      " + ", ".join(f"{k} {v:.1f}" for k, v in result.stage_seconds.items()))
     usd = result.out_dir / "usd" / "root.usda"
     agreement = [f"{kind} {m[key]:.1f} dB" for kind, key in (("frame", "usd_replay_camera_psnr"),
@@ -283,10 +320,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from nurec_usd.pipeline import BuildError, export_run
 
     try:
-        written = export_run(args.run, args.out, ply=args.ply, usdz=args.usdz, collision=args.collision,
-                             overwrite=args.overwrite, device=args.device, progress=not args.no_progress)
+        written = export_run(args.run, args.out, ply=args.ply or args.ply_pad_sh, usdz=args.usdz,
+                             collision=args.collision, overwrite=args.overwrite, device=args.device,
+                             progress=not args.no_progress, ply_actors=args.ply_actors, ply_pad_sh=args.ply_pad_sh)
     except FileExistsError as err:
-        print(f"export: {err}; pass --overwrite to replace it", file=sys.stderr)
+        print(exists_message("export", err), file=sys.stderr)
         return 2
     except (BuildError, ValueError, FileNotFoundError) as err:
         print(f"export: {err}", file=sys.stderr)
@@ -297,6 +335,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
+    from nurec_usd.capture.staging import OutputExistsError
     from nurec_usd.pipeline import BuildError, resolve_device
     from nurec_usd.replay import Replay, ReplayError
     from nurec_usd.replay_files import render_one, render_sequence, sequence_times
@@ -320,11 +359,11 @@ def _cmd_render(args: argparse.Namespace) -> int:
         else:
             t = args.time if args.time is not None else _recorded_time(replay, sensor, args.frame)
             if Path(args.out).exists() and not args.overwrite:
-                raise FileExistsError(f"{args.out} exists")
+                raise OutputExistsError(args.out)
             written = render_one(replay, sensor.id, t, args.out, args.downscale)
             print(f"{sensor.id} at {t:.6f} s")
     except FileExistsError as err:
-        print(f"render: {err}; pass --overwrite to replace it", file=sys.stderr)
+        print(exists_message("render", err), file=sys.stderr)
         return 2
     except (ReplayError, BuildError, ValueError) as err:
         print(f"render: {err}", file=sys.stderr)
@@ -348,9 +387,31 @@ def _recorded_time(replay, sensor, index: int) -> float:
 
 
 def _bar(total: int, desc: str, disable: bool):
-    from tqdm import tqdm
+    from nurec_usd.progress import progress_bar
 
-    return tqdm(total=total, desc=desc, unit="frame", disable=disable)
+    return progress_bar(total, desc, "frame", enabled=not disable)
+
+
+def preset_summary() -> str:
+    """What each build preset is, from its values: steps and the SH degree it ends at."""
+    from nurec_usd.train.config import make_config
+
+    parts = []
+    for name in ("fast", "quality"):
+        t = make_config(name).train
+        parts.append(f"{name}: {t.steps:,} steps (each renders every camera's frame of one instant), SH degree "
+                     f"{t.sh_degree} (it starts at 0 and rises by one every {t.sh_step_fraction:.0%} of the run)")
+    return "; ".join(parts)
+
+
+class _PresetHelpFormatter(argparse.HelpFormatter):
+    """Help whose --preset entry is read from the presets' values when it is shown (reading them
+    imports torch, which the parser itself does not)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.dest == "preset":
+            return f"{preset_summary()} (default: fast)"
+        return super()._get_help_string(action)
 
 
 def _export_options(p: argparse.ArgumentParser) -> None:
@@ -364,7 +425,7 @@ def _export_options(p: argparse.ArgumentParser) -> None:
 def _build_options(p: argparse.ArgumentParser, batch: bool = False) -> None:
     """The options of a build, shared by build and batch."""
     p.add_argument("--preset", choices=("fast", "quality"), default="fast",
-                   help="fast: 3k steps, SH degree 1; quality: 30k steps, SH degree 3, finer init (default: fast)")
+                   help="the preset: its steps and SH degree (see build --help)")
     p.add_argument("--budget-s", type=float, default=None, metavar="N",
                    help="end training gracefully after N seconds of wall time (evaluation and export still run)")
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the preset's)")
@@ -404,14 +465,24 @@ def build_parser() -> argparse.ArgumentParser:
                    "(native, nerfstudio, colmap, dgp, ...)")
     p.set_defaults(func=_cmd_inspect)
 
-    p = sub.add_parser("validate", help="check a capture; exit 0 when clean, 1 with every problem listed",
+    p = sub.add_parser("validate", help="check a capture or a USD stage; exit 0 when clean, 1 with every problem "
+                                        "listed",
                        description="Check a capture against the format (docs/capture-format.md): the manifest's "
-                                   "schema and meaning, every file, and (unless --quick) every image and sweep.")
-    p.add_argument("capture", type=Path, help="capture directory (or its capture.json)")
+                                   "schema and meaning, every file, and (unless --quick) every image and sweep. "
+                                   "Given a USD stage instead (a .usd/.usda/.usdc/.usdz file, an export folder "
+                                   "holding root.usda or a run folder holding usd/root.usda), run OpenUSD's "
+                                   "validators (pxr.UsdValidation, every registered one) and, where the "
+                                   "usd-validation-nvidia package is installed, NVIDIA's asset validator with its "
+                                   "GaussianSplatSchemaChecker, payloads loaded; exit 1 on any error or warning "
+                                   "(each listed: severity, prim, validator, message), or when USD cannot open "
+                                   "the file.")
+    p.add_argument("capture", type=Path, metavar="PATH",
+                   help="capture directory (or its capture.json), or a USD stage / export folder")
     p.add_argument("--quick", action="store_true",
                    help="skip decoding images and reading sweeps (headers and sizes are still checked)")
     p.add_argument("--workers", type=int, default=8, help="threads for decoding (default: 8)")
     p.add_argument("--format", default=None, help="capture format, instead of detecting it")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     p.set_defaults(func=_cmd_validate)
 
     from nurec_usd.synth.presets import PRESETS
@@ -438,12 +509,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spp", type=int, choices=(1, 5), default=None,
                    help="samples per pixel: 1 = pixel centre, 5 = centre + rotated grid (default: the preset's)")
     p.add_argument("--overwrite", action="store_true", help="replace existing output folders")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     p.add_argument("--contact-sheet", type=Path, default=None, metavar="PNG",
                    help="also write a contact sheet of a few frames (and depth, actors, lidar) to this PNG")
     p.set_defaults(func=_cmd_synth)
 
     p = sub.add_parser(
-        "build", help="reconstruct a capture into an optimised time-varying Gaussian scene (a run directory)",
+        "build", formatter_class=_PresetHelpFormatter,
+        help="reconstruct a capture into an optimised time-varying Gaussian scene (a run directory)",
         description="Initialise Gaussians from the capture's lidar (or SfM points, or the camera frusta), optimise "
                     "them against the training frames and sweeps, evaluate on held-out ones (every 8th timestamp), "
                     "and write OUT: scene.pt, config.json, manifest.json (inputs + hashes, versions, time per "
@@ -522,10 +595,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", type=Path, help="run directory written by build (or its scene.pt)")
     p.add_argument("-o", "--out", required=True, type=Path, help="folder to write the USD layers into")
     p.add_argument("--ply", action="store_true", help="also write OUT/scene.ply (static Gaussians, 3DGS layout)")
+    p.add_argument("--ply-actors", action="store_true",
+                   help="also write OUT/actors/<track>.ply (each actor's Gaussians in its box frame, 3DGS layout) "
+                        "and OUT/actors/<track>.track.json (its timed poses in the world: t_s, translation, "
+                        "quaternion w x y z)")
+    p.add_argument("--ply-pad-sh", action="store_true",
+                   help="write the PLYs with SH degree 3 (45 f_rest, zero past the scene's degree), as the INRIA "
+                        "loader and many viewers expect; implies --ply")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     p.add_argument("--device", default="auto", help="where the collision mesh's depth renders run "
                    "(auto: a CUDA GPU when torch sees one)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     _export_options(p)
     p.set_defaults(func=_cmd_export)
 
@@ -535,7 +615,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "the actors at the requested time with USD, and render the sensor: a camera to a PNG; a lidar "
                     "to a .ply of its returns (lidar frame, capture intensity units) plus <stem>_range.png. "
                     "Times are seconds since the capture start. A sequence (--start/--end/--fps) goes to a folder "
-                    "of numbered frames, or to a video when OUT ends in .mp4 or .avi (needs OpenCV).")
+                    "of numbered frames, or to a video when OUT ends in .mp4 or .avi (needs OpenCV). Exit 1 with "
+                    "one line naming the file when SCENE is not a USD stage USD can read or not a nurec_usd "
+                    "export, 2 on a usage error.")
     p.add_argument("scene", type=Path, help="root.usda / .usdz, an export folder, or a run folder (RUN/usd)")
     p.add_argument("--sensor", required=True, help="camera or lidar id (or its prim name under /World/Rig)")
     p.add_argument("--time", type=float, default=None, metavar="T", help="render at T seconds")
@@ -549,7 +631,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--downscale", type=int, default=1, metavar="K", help="camera images K times smaller")
     p.add_argument("--device", default="auto", help="auto (default: a CUDA GPU when torch sees one), cpu, cuda:N")
     p.add_argument("--overwrite", action="store_true", help="replace existing output")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     p.set_defaults(func=_cmd_render)
     return parser
 

@@ -139,9 +139,11 @@ def _have_usd() -> bool:
 
 
 def export_run(run: str | Path, out: str | Path, *, ply: bool = False, usdz: bool = False, collision: bool = False,
-               overwrite: bool = False, device: str = "auto", progress: bool = False) -> dict[str, Path]:
+               overwrite: bool = False, device: str = "auto", progress: bool = False, ply_actors: bool = False,
+               ply_pad_sh: bool = False) -> dict[str, Path]:
     """Export a finished run (its ``scene.pt``) as USD layers into ``out`` (all or nothing), with
-    optionally ``out/scene.ply``, ``out/scene.usdz`` and ``out/collision.usdc`` (see ``export_usd``).
+    optionally ``out/scene.ply``, ``out/scene.usdz``, ``out/collision.usdc`` and per-actor PLYs
+    with their tracks (see ``export_usd``).
 
     Returns what was written, by name.
     """
@@ -160,11 +162,14 @@ def export_run(run: str | Path, out: str | Path, *, ply: bool = False, usdz: boo
 
     with _views_bar(collision and progress) as bar:
         out = export_usd(scene, out, overwrite=overwrite, ply=ply, usdz=usdz, collision=collision,
-                         device=resolve_device(device) if collision else "cpu", progress=bar)
+                         device=resolve_device(device) if collision else "cpu", progress=bar,
+                         ply_actors=ply_actors, ply_pad_sh=ply_pad_sh)
     written = {"usd": out / "root.usda"}
     for name, file in (("collision", "collision.usdc"), ("ply", "scene.ply"), ("usdz", "scene.usdz")):
         if (out / file).is_file():
             written[name] = out / file
+    if ply_actors:
+        written["actor plys"] = out / "actors"
     return written
 
 
@@ -174,9 +179,9 @@ def _views_bar(show: bool):
     if not show:
         yield None
         return
-    from tqdm import tqdm
+    from nurec_usd.progress import progress_bar
 
-    with tqdm(desc="collision mesh", unit="view") as bar:
+    with progress_bar(None, "collision mesh", "view") as bar:
         def update(done: int, total: int) -> None:
             bar.total = total
             bar.n = done
@@ -217,6 +222,15 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
     raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def sh_degree_note(reached: int, target: int, step_fraction: float) -> str:
+    """The note of a build whose scene ends below its configured SH degree (the degree rises by
+    one every ``step_fraction`` of the run: degree d is in use from d * step_fraction of it on)."""
+    what = " (view-independent colour)" if reached == 0 else ""
+    return (f"note: the scene ends at SH degree {reached}{what}, below the configured {target}: the degree rises "
+            f"by one every {step_fraction:.0%} of the run (sh_step_fraction), so degree {reached + 1} starts at "
+            f"{(reached + 1) * step_fraction:.0%} of it")
 
 
 def initial_scene(capture: Capture, data: CaptureData, init: InitConfig,
@@ -273,6 +287,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
     from nurec_usd.capture.importers import load_any
     from nurec_usd.capture.staging import StagedDirectory
     from nurec_usd.profiling import StageClock, StepProfiler, format_profile
+    from nurec_usd.progress import progress_bar
     from nurec_usd.render.warp_torch import init_warp
     from nurec_usd.train.config import make_config
 
@@ -343,12 +358,13 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         steps = config.train.steps
         profiler = StepProfiler(dev, start=steps // 2, steps=max(1, min(30, steps // 10)), enabled=profile)
         trainer = Trainer(scene, data, config.train, log=say, profiler=profiler)
-        with clock("train"), tqdm(total=steps, desc="train", unit="step", disable=not progress or None,
-                                  file=sys.stderr, dynamic_ncols=True) as bar:
+        with clock("train"), progress_bar(steps, "train", "step", enabled=progress, postfix_follows=True) as bar:
             result = trainer.run(config.budget_s, progress=bar)
         num_gaussians = scene.num_gaussians
         say(f"training {result.status}: {result.message} ({result.seconds:.1f} s, "
             f"{result.steps / max(result.seconds, 1e-9):.1f} steps/s)")
+        if scene.sh_degree < config.train.sh_degree:
+            say(sh_degree_note(scene.sh_degree, config.train.sh_degree, config.train.sh_step_fraction))
 
         stage = "export"  # the scene is written first: whatever happens in eval, training is not lost
         # The USD export is host work (numpy, pxr) and the evaluation GPU work: the export runs in
@@ -370,8 +386,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         stage = "eval"
         with clock("eval"):
             n_eval = len(data.eval_frames) + len(data.eval_sweeps)
-            with tqdm(total=n_eval, desc="eval", unit="view", disable=not progress or None, file=sys.stderr,
-                      leave=False) as bar:
+            with progress_bar(n_eval, "eval", "view", enabled=progress, leave=False) as bar:
                 metrics = evaluate(scene, data, staged.path, progress=bar.update, clock=clock)
         stage = "export"
         with clock("export"):
@@ -390,7 +405,8 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
                 except Exception as err:  # noqa: BLE001 - reported, the run itself is fine
                     say(f"note: replaying the USD export failed: {type(err).__name__}: {err}")
                     metrics["usd_replay_error"] = f"{type(err).__name__}: {err}"
-        metrics.update({"status": result.status, "steps": result.steps, "gaussians": scene.num_gaussians,
+        metrics.update({"status": result.status, "steps": result.steps, "sh_degree": scene.sh_degree,
+                        "gaussians": scene.num_gaussians,
                         "static_gaussians": len(scene.static), "actor_gaussians": len(scene.actors),
                         "steps_per_second": result.steps / max(result.seconds, 1e-9)})
         if dev.type == "cuda":

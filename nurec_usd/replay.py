@@ -119,13 +119,16 @@ class Replay:
 
     def __init__(self, root: str | Path, device: torch.device | str = "cpu"):
         register_schema()
-        from pxr import Usd, UsdGeom
+        from pxr import UsdGeom
+
+        from nurec_usd.export.usd_check import StageOpenError, open_stage
 
         self.root = find_root(root)
         self.device = torch.device(device)
-        stage = Usd.Stage.Open(str(self.root), Usd.Stage.LoadAll)
-        if stage is None:
-            raise ReplayError(f"{self.root}: USD could not open this file")
+        try:
+            stage = open_stage(self.root)
+        except StageOpenError as err:  # one line naming the file, not USD's exception
+            raise ReplayError(str(err)) from None
         self.stage = stage
         self.time_codes_per_second = float(stage.GetTimeCodesPerSecond())
         self.start_s = float(stage.GetStartTimeCode()) / self.time_codes_per_second

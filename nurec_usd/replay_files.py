@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from nurec_usd.capture.staging import StagedDirectory
+from nurec_usd.capture.staging import OutputExistsError, StagedDirectory
 from nurec_usd.render.lidar import LidarRender
 from nurec_usd.replay import Replay, ReplayError, StageCamera, StageLidar
 from nurec_usd.scene.pictures import range_picture, to_uint8
@@ -154,7 +154,7 @@ def _video(replay: Replay, sensor, times: np.ndarray, out: Path, downscale: int,
         raise ReplayError(f"{out}: writing a video needs OpenCV (pip install opencv-python-headless); "
                           "or give a folder to get numbered frames") from err
     if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists")
+        raise OutputExistsError(out)
     tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
     writer = None
     try:

@@ -121,3 +121,35 @@ def test_build_set_refuses_malformed_unknown_and_repeated_options(handmade_captu
     r = run("build", handmade_capture, "-o", out, "--set", "steps=many")
     assert r.returncode == 1 and "build option 'steps' takes an integer, got 'many'" in r.stderr, r.stderr
     assert not out.exists()
+
+
+def test_build_on_a_pipe_prints_progress_lines_and_its_sh_degree(handmade_capture, tmp_path):
+    """stdout and stderr on pipes (a log file, CI): training and evaluation print plain progress
+    lines (step, loss, PSNR, rate) rather than nothing; a run too short to raise the SH degree
+    says so; Warp says nothing about a missing CUDA driver."""
+    import os
+    import re
+
+    from nurec_usd.render.warp_init import NO_DRIVER_WARNING, cuda_driver_present
+
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "nurec_usd", "build", str(handmade_capture), "-o", str(out),
+                        "--steps", "4", "--downscale", "2", "--device", "cpu", "--set", "log_interval=2",
+                        "--set", "sh_step_fraction=0.9"],
+                       capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "NUREC_USD_PROGRESS_INTERVAL_S": "0"})
+    assert r.returncode == 0, r.stderr
+    train = [line for line in r.stderr.splitlines() if line.startswith("train: ")]
+    assert len(train) == 2, r.stderr
+    assert re.fullmatch(r"train: 2/4 steps \(50%\), loss \d\.\d{4}, psnr \d+\.\d\d, gaussians [\d,]+; "
+                        r"[\d.]+ steps/s; \d+s left", train[0]), train[0]
+    assert re.fullmatch(r"train: 4/4 steps \(100%\), loss \d\.\d{4}, psnr \d+\.\d\d, gaussians [\d,]+; "
+                        r"[\d.]+ steps/s; \d+s in all", train[1]), train[1]
+    evals = [line for line in r.stderr.splitlines() if line.startswith("eval: ")]
+    assert evals and evals[-1].startswith("eval: 5/5 views (100%)"), r.stderr
+    assert "note: the scene ends at SH degree 0 (view-independent colour), below the configured 1" in r.stderr
+    assert "SH degree 0 (view-independent colour)" in r.stdout
+    assert json.loads((out / "metrics.json").read_text())["sh_degree"] == 0
+    assert "\r" not in r.stderr
+    if not cuda_driver_present():
+        assert NO_DRIVER_WARNING not in r.stderr

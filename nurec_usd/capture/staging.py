@@ -7,6 +7,14 @@ import uuid
 from pathlib import Path
 
 
+class OutputExistsError(FileExistsError):
+    """An output path that exists where replacing it was not asked for; ``path`` is the path."""
+
+    def __init__(self, path: str | Path, message: str | None = None):
+        super().__init__(message or f"{path} already exists (pass overwrite=True to replace it)")
+        self.path = Path(path)
+
+
 class StagedDirectory:
     """A folder that appears at ``out_dir`` only when ``commit`` is called, complete.
 
@@ -21,7 +29,7 @@ class StagedDirectory:
         self.out_dir = Path(out_dir)
         self.overwrite = overwrite
         if self.out_dir.exists() and not overwrite:
-            raise FileExistsError(f"{self.out_dir} already exists (pass overwrite=True to replace it)")
+            raise OutputExistsError(self.out_dir)
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
         self.path = self.out_dir.parent / f".{self.out_dir.name}.{uuid.uuid4().hex[:12]}.partial"
         self.path.mkdir()

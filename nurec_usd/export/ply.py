@@ -87,22 +87,31 @@ def _check_degree(sh_degree: int) -> int:
     return d
 
 
-def write_gaussian_ply(params: GaussianParams, sh_degree: int, path: str | Path) -> Path:
+def write_gaussian_ply(params: GaussianParams, sh_degree: int, path: str | Path,
+                       pad_to_degree: int | None = None) -> Path:
     """Write ``params`` as a 3DGS PLY with SH degrees ``0..sh_degree``; returns the path.
 
-    Values are written pre-activation and as float32 (float64 parameters are rounded). The
-    file goes to a temporary name next to ``path`` and is then moved into place.
+    ``pad_to_degree``: write the layout of this higher degree instead (3: the 45 ``f_rest`` the
+    INRIA loader and many viewers expect), with zero coefficients past ``sh_degree``, so the
+    file renders as the scene does. Values are written pre-activation and as float32 (float64
+    parameters are rounded). The file goes to a temporary name next to ``path`` and is then
+    moved into place.
     """
     path = Path(path)
     d = _check_degree(sh_degree)
+    padded = d if pad_to_degree is None else _check_degree(pad_to_degree)
+    if padded < d:
+        raise ValueError(f"pad_to_degree: {padded} is below the scene's SH degree {d} (padding does not truncate)")
     params.check(f"write_gaussian_ply({path})")
-    n, k = len(params), (d + 1) ** 2
+    n, k, kp = len(params), (d + 1) ** 2, (padded + 1) ** 2
 
     def host(t: torch.Tensor) -> np.ndarray:
         return t.detach().to(device="cpu", dtype=torch.float32).numpy()
 
-    # [N, K-1, 3] (coefficient, channel) -> [N, 3, K-1] -> channel-major rows
-    rest = host(params.shN[:, : k - 1, :]).transpose(0, 2, 1).reshape(n, num_rest(d))
+    # [N, K-1, 3] (coefficient, channel), zero past the degree in use -> [N, 3, K-1] -> channel-major rows
+    coeffs = np.zeros((n, kp - 1, 3), dtype=np.float32)
+    coeffs[:, : k - 1] = host(params.shN[:, : k - 1, :])
+    rest = coeffs.transpose(0, 2, 1).reshape(n, num_rest(padded))
     table = np.concatenate([
         host(params.means),
         np.zeros((n, 3), dtype=np.float32),
@@ -112,7 +121,7 @@ def write_gaussian_ply(params: GaussianParams, sh_degree: int, path: str | Path)
         host(params.log_scales),
         host(params.quats),
     ], axis=1).astype("<f4", copy=False)
-    names = gaussian_ply_properties(d)
+    names = gaussian_ply_properties(padded)
     assert table.shape == (n, len(names))
     header = "".join(["ply\n", "format binary_little_endian 1.0\n", f"element vertex {n}\n",
                       *(f"property float {name}\n" for name in names), "end_header\n"])

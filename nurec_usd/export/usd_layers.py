@@ -4,7 +4,9 @@
 
     out_dir/
       root.usda            stage metadata, sublayers rig + actors, payload -> background
-      rig.usdc             /World/Rig: time-sampled rig pose; cameras and lidars as children
+      rig.usdc             /World/Rig: time-sampled rig pose; cameras and lidars as children (each
+                           lidar with an OmniLidar child for Isaac Sim's RTX lidar);
+                           /World/Render: a UsdRender product per camera and their settings
       actors.usdc          /World/Actors/<track>: time-sampled pose + visibility, payload -> actors/<track>.usdc
       background.usdc      /World/Background/{Gaussians, Preview}: static Gaussians in the world frame;
                            /World/Background/Sky: a DomeLight with the learned sky (sky.png)
@@ -13,6 +15,8 @@
       collision.usdc       (optional) /Collision: a triangle mesh of the static scene with UsdPhysics
                            collision APIs, referenced from root.usda at /World/Collision
       scene.ply            (optional) the static Gaussians in the common 3DGS PLY layout
+      actors/<track>.ply   (optional) one actor's Gaussians in its box frame, same layout, with
+      actors/<track>.track.json  its timed poses (nurec_usd.export.actor_ply)
       scene.usdz           (optional) the stage packaged as one file (layers and sky.png)
 
 Gaussians are written post-activation (exp scales, sigmoid opacities, unit quaternions) as
@@ -20,6 +24,8 @@ Gaussians are written post-activation (exp scales, sigmoid opacities, unit quate
 viewers, and a ``primvars:nurec:lidarIntensity`` (modelled lidar return intensity). Cameras
 carry the per-camera exposure the reconstruction learned, lidars the intensity scale: with
 the sky, everything ``nurec_usd.replay`` needs to render the sensors from the USD alone.
+Actors and the background carry ``UsdSemantics.LabelsAPI:class`` labels; the splats a
+``projectionModeHint``. docs/usd-for-simulators.md lists what simulators read.
 Actor poses apply the scene's per-key pose corrections when present, as
 ``nurec_usd.render.interpolate`` does: corrected key = (exp(w) * q_k, p_k + dt).
 
@@ -68,6 +74,28 @@ SKY_TEXTURE = "sky.png"
 DOME_ORIENT = (0.5, 0.5, 0.5, 0.5)
 # The optional collision mesh (export_usd(collision=True)), referenced from root.usda.
 COLLISION_LAYER = "collision.usdc"
+# How renderers should project the splats (the splat schema's projectionModeHint): training
+# projects every Gaussian EWA-style, with the Jacobian of the camera's own projection at its
+# centre (for the fisheye and f-theta models too), which is what "perspective" names; none is
+# projected onto a plane tangent to its viewing ray ("tangential").
+PROJECTION_MODE = "perspective"
+# Semantic labels (UsdSemantics.LabelsAPI): the taxonomy (the API's instance name) and the
+# label of the static scene; each actor is labelled with its track's class.
+SEMANTIC_TAXONOMY = "class"
+BACKGROUND_LABEL = "background"
+# The label of an actor whose track has none.
+UNLABELLED = "unlabelled"
+# Render settings and one render product per camera (UsdRender), in rig.usdc. Under /World rather
+# than UsdRender's customary root /Render: a root prim beside the default prim is flagged by
+# NVIDIA's validator (DefaultPrimChecker), and the stage's renderSettingsPrimPath finds them anywhere.
+RENDER_SCOPE = "/World/Render"
+RENDER_SETTINGS = f"{RENDER_SCOPE}/Settings"
+RENDER_VAR = f"{RENDER_SCOPE}/Vars/LdrColor"
+# Isaac Sim's RTX lidar: an OmniLidar prim under each lidar Xform, at identity, with the applied
+# API and the omni:sensor:Core:* attributes of its lidar profiles, authored from our channel table.
+RTX_LIDAR_PRIM = "OmniLidar"
+RTX_LIDAR_API = "OmniSensorGenericLidarCoreAPI"
+RTX_PREFIX = "omni:sensor:Core:"
 # Offset after a track's last key from which its actor is invisible: 1 microsecond.
 _END_EPS_S = 1e-6
 # OpenCV camera axes (x right, y down, z forward) -> USD camera axes (x right, y up, -z forward);
@@ -307,6 +335,7 @@ def _write_splats(stage, parent_path: str, s: _Splats) -> None:
     sh_var.SetInterpolation(UsdGeom.Tokens.vertex)
     sh_var.SetElementSize(k)
     gs.CreateSortingModeHintAttr("cameraDistance")
+    gs.CreateProjectionModeHintAttr(PROJECTION_MODE)
     # Lidar return intensity per Gaussian (no standard attribute): a plain primvar, so that
     # replay can render the lidar and other tools can ignore it.
     _set_indexed(UsdGeom.PrimvarsAPI(gs.GetPrim()).CreatePrimvar(INTENSITY_PRIMVAR, Sdf.ValueTypeNames.FloatArray,
@@ -421,6 +450,14 @@ def actor_keys(scene) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     return out
 
 
+def label_prim(prim, label: str) -> None:
+    """Apply ``UsdSemantics.LabelsAPI`` (taxonomy :data:`SEMANTIC_TAXONOMY`) with one label, so that
+    ground-truth tools label the prim and everything under it."""
+    from pxr import UsdSemantics, Vt
+
+    UsdSemantics.LabelsAPI.Apply(prim, SEMANTIC_TAXONOMY).CreateLabelsAttr(Vt.TokenArray([label]))
+
+
 def _write_actors(scene, path: Path, timing: Timing, names: list[str]) -> None:
     """actors.usdc: /World/Actors/<track> Xforms with time-sampled pose and visibility and a
     payload of their Gaussians."""
@@ -442,6 +479,7 @@ def _write_actors(scene, path: Path, timing: Timing, names: list[str]) -> None:
         prim.SetCustomDataByKey("nurec:trackId", str(tr.id))
         prim.SetCustomDataByKey("nurec:label", str(tr.label))
         prim.SetCustomDataByKey("nurec:sizeM", Vt.DoubleArray([float(v) for v in tr.size_m]))
+        label_prim(prim, str(tr.label) or UNLABELLED)
         prim.GetPayloads().AddPayload(Sdf.Payload(f"./actors/{name}.usdc", Sdf.Path("/Actor")))
     stage.GetRootLayer().Save()
 
@@ -618,12 +656,107 @@ def _write_rig(scene, path: Path, timing: Timing) -> None:
         return f"/World/Rig/{name}"
 
     exposure = {cam_id: row for cam_id, row in zip(scene.camera_ids, _np(scene.exposure).tolist())}
+    cameras = []
     for cam in rig.get("cameras", []):
-        _write_camera(stage, child(cam["id"]), cam, exposure.get(cam["id"]))
+        cameras.append((cam, child(cam["id"])))
+        _write_camera(stage, cameras[-1][1], cam, exposure.get(cam["id"]))
     scale = float(scene.metadata.get("intensity_scale", 1.0))
     for lid in rig.get("lidars", []):
-        _write_lidar(stage, child(lid["id"]), lid, scale)
+        path = child(lid["id"])
+        _write_lidar(stage, path, lid, scale)
+        _write_rtx_lidar(stage, f"{path}/{RTX_LIDAR_PRIM}", lid)
+    if cameras:
+        _write_render_products(stage, cameras)
     stage.GetRootLayer().Save()
+
+
+def rtx_lidar_values(lid: dict) -> dict[str, tuple[str, Any]]:
+    """The ``omni:sensor:Core:*`` attributes (name without the prefix -> (Sdf type name, value)) of
+    Isaac Sim's RTX lidar for one of our spinning lidars (``describe_rig``'s entry), from its
+    channel table alone: one emitter per channel, all firing at once per column (emitter state
+    s001: each channel's azimuth offset and elevation), ``columns * scanRateHz`` firings per
+    second, the whole turn from column 0's azimuth (in [-180, 180) degrees, from +x toward +y),
+    the range limits and returns. The spin direction has no attribute here: it stays
+    in our ``nurec:lidar:rotation``."""
+    elevations = [float(v) for v in lid["elevation_deg"]]
+    offsets = [float(v) for v in lid["azimuth_offset_deg"]]
+    channels, columns, rate = len(elevations), int(lid["columns"]), float(lid["scan_rate_hz"])
+    # the scanned field is the whole turn, from column 0's azimuth, put in [-180, 180)
+    start = (float(lid["start_azimuth_deg"]) + 180.0) % 360.0 - 180.0
+    return {
+        "scanType": ("token", "ROTARY"),
+        "scanRateBaseHz": ("float", rate),
+        "reportRateBaseHz": ("float", columns * rate),
+        "numberOfEmitters": ("int", channels),
+        "numberOfChannels": ("int", channels),
+        "maxReturns": ("int", int(lid.get("returns", 1))),
+        "nearRangeM": ("float", float(lid["min_range_m"])),
+        "farRangeM": ("float", float(lid["max_range_m"])),
+        "startAzimuthDeg": ("float", start),
+        "endAzimuthDeg": ("float", start + 360.0),
+        "upElevationDeg": ("float", max(elevations, default=0.0)),
+        "downElevationDeg": ("float", min(elevations, default=0.0)),
+        "emitterStateCount": ("int", 1),
+        "emitterState:s001:azimuthDeg": ("float[]", offsets),
+        "emitterState:s001:elevationDeg": ("float[]", elevations),
+        "emitterState:s001:fireTimeNs": ("int[]", [0] * channels),
+    }
+
+
+def _write_rtx_lidar(stage, path: str, lid: dict) -> None:
+    """An ``OmniLidar`` prim at ``path`` (under the lidar Xform, at identity: it has no transform
+    of its own) with :func:`rtx_lidar_values`. usd-core has no schema for the type or the API:
+    the prim is typed and the API applied by name, the attributes authored with the types of
+    Isaac Sim's schema."""
+    from pxr import Sdf
+
+    prim = stage.DefinePrim(path, RTX_LIDAR_PRIM)
+    prim.AddAppliedSchema(RTX_LIDAR_API)
+    prim.SetCustomDataByKey("nurec:sensorId", str(lid["id"]))
+    for name, (type_name, value) in rtx_lidar_values(lid).items():
+        prim.CreateAttribute(RTX_PREFIX + name, Sdf.ValueTypeNames.Find(type_name), False,
+                             Sdf.VariabilityUniform).Set(value)
+
+
+def _write_render_products(stage, cameras: list[tuple[dict, str]]) -> None:
+    """:data:`RENDER_SCOPE`: a ``UsdRender.Product`` per camera (its resolution, pixel aspect ratio and
+    camera), one ``LdrColor`` render var, and the ``UsdRender.Settings`` listing the products
+    (the first camera by default; the splats and meshes, not their proxies or the colliders)."""
+    from pxr import Gf, Sdf, UsdGeom, UsdRender
+
+    UsdGeom.Scope.Define(stage, RENDER_SCOPE)
+    UsdGeom.Scope.Define(stage, f"{RENDER_SCOPE}/Products")
+    UsdGeom.Scope.Define(stage, str(Sdf.Path(RENDER_VAR).GetParentPath()))
+    var = UsdRender.Var.Define(stage, RENDER_VAR)
+    var.CreateSourceNameAttr("LdrColor")
+    var.CreateSourceTypeAttr(UsdRender.Tokens.raw)
+    var.CreateDataTypeAttr(UsdRender.Tokens.color3f)
+    products = []
+    for cam, cam_path in cameras:
+        W, H = int(cam["width"]), int(cam["height"])
+        product = UsdRender.Product.Define(stage, f"{RENDER_SCOPE}/Products/{Sdf.Path(cam_path).name}")
+        product.CreateProductTypeAttr(UsdRender.Tokens.raster)
+        product.CreateProductNameAttr(str(cam["id"]))
+        product.CreateResolutionAttr(Gf.Vec2i(W, H))
+        product.CreatePixelAspectRatioAttr(float(pixel_aspect_ratio(cam)))
+        product.CreateCameraRel().SetTargets([Sdf.Path(cam_path)])
+        product.CreateOrderedVarsRel().SetTargets([Sdf.Path(RENDER_VAR)])
+        products.append(product)
+    settings = UsdRender.Settings.Define(stage, RENDER_SETTINGS)
+    settings.CreateProductsRel().SetTargets([p.GetPath() for p in products])
+    first, first_path = cameras[0]
+    settings.CreateCameraRel().SetTargets([Sdf.Path(first_path)])
+    settings.CreateResolutionAttr(Gf.Vec2i(int(first["width"]), int(first["height"])))
+    settings.CreatePixelAspectRatioAttr(float(pixel_aspect_ratio(first)))
+    settings.CreateIncludedPurposesAttr([UsdGeom.Tokens.default_, UsdGeom.Tokens.render])
+
+
+def pixel_aspect_ratio(cam: dict) -> float:
+    """A pixel's width over its height, fy / fx (1 for f-theta): what makes the camera's aperture
+    aspect (see ``_write_camera``) and the product's resolution agree."""
+    if cam["model"] == "ftheta":
+        return 1.0
+    return float(cam["intrinsics"]["fy"]) / float(cam["intrinsics"]["fx"])
 
 
 def _write_collision(scene, path: Path, timing: Timing, device: Any, progress) -> None:
@@ -636,9 +769,10 @@ def _write_collision(scene, path: Path, timing: Timing, device: Any, progress) -
     stage.GetRootLayer().Save()
 
 
-def _write_root(path: Path, timing: Timing, capture_name: str | None, collision: bool) -> None:
-    """root.usda: metadata, the rig and actors sublayers, the background payload (and a reference to
-    the collision mesh)."""
+def _write_root(path: Path, timing: Timing, capture_name: str | None, collision: bool,
+                render_settings: bool = False) -> None:
+    """root.usda: metadata (with the render settings' path when the rig has cameras), the rig and
+    actors sublayers, the background payload (and a reference to the collision mesh)."""
     from pxr import Sdf, UsdGeom
 
     stage = _new_layer_stage(path, timing, "World")
@@ -649,6 +783,9 @@ def _write_root(path: Path, timing: Timing, capture_name: str | None, collision:
         world.GetPrim().SetCustomDataByKey("nurec:captureName", str(capture_name))
     bg = UsdGeom.Xform.Define(stage, "/World/Background")
     bg.GetPrim().GetPayloads().AddPayload(Sdf.Payload("./background.usdc", Sdf.Path("/World/Background")))
+    label_prim(bg.GetPrim(), BACKGROUND_LABEL)  # here, not in the payload: readable without loading it
+    if render_settings:
+        stage.SetMetadata("renderSettingsPrimPath", RENDER_SETTINGS)
     if collision:  # a reference, not a payload: physics needs the colliders even when splats are not loaded
         col = UsdGeom.Xform.Define(stage, "/World/Collision")
         col.GetPrim().GetReferences().AddReference(Sdf.Reference(f"./{COLLISION_LAYER}", Sdf.Path("/Collision")))
@@ -658,7 +795,8 @@ def _write_root(path: Path, timing: Timing, capture_name: str | None, collision:
 
 
 def export_usd(scene, out_dir: str | Path, overwrite: bool = False, *, ply: bool = False, usdz: bool = False,
-               collision: bool = False, device: Any = "cpu", progress=None) -> Path:
+               collision: bool = False, device: Any = "cpu", progress=None, ply_actors: bool = False,
+               ply_pad_sh: bool = False) -> Path:
     """Write ``scene`` as the USD layers of USD.md into ``out_dir`` (all or nothing).
 
     Args:
@@ -666,6 +804,9 @@ def export_usd(scene, out_dir: str | Path, overwrite: bool = False, *, ply: bool
         out_dir: the folder to create (``root.usda`` and its layers).
         overwrite: replace an existing ``out_dir`` (only once the new one is complete).
         ply: also write ``scene.ply``, the static Gaussians in the common 3DGS layout.
+        ply_actors: also write ``actors/<track>.ply`` (each actor's Gaussians in its box frame) and
+            ``actors/<track>.track.json`` (its timed poses), see :mod:`nurec_usd.export.actor_ply`.
+        ply_pad_sh: write the PLYs with SH degree 3 (45 ``f_rest``), zero past the scene's degree.
         usdz: also package the stage as ``scene.usdz`` (refused past the zip limit, see
             :mod:`nurec_usd.export.usdz`).
         collision: also write ``collision.usdc``, a mesh of the static scene fused from rendered
@@ -690,11 +831,17 @@ def export_usd(scene, out_dir: str | Path, overwrite: bool = False, *, ply: bool
         if collision:
             _write_collision(scene, root / COLLISION_LAYER, timing, device, progress)
         rig = scene.metadata.get("rig") or {}
-        _write_root(root / "root.usda", timing, rig.get("capture_name"), collision)
+        _write_root(root / "root.usda", timing, rig.get("capture_name"), collision,
+                    render_settings=bool(rig.get("cameras")))
+        pad = 3 if ply_pad_sh else None
         if ply:
             from nurec_usd.export.ply import write_gaussian_ply
 
-            write_gaussian_ply(scene.static, scene.sh_degree, root / "scene.ply")
+            write_gaussian_ply(scene.static, scene.sh_degree, root / "scene.ply", pad_to_degree=pad)
+        if ply_actors:
+            from nurec_usd.export.actor_ply import write_actor_plys
+
+            write_actor_plys(scene, root / "actors", names, pad_to_degree=pad)
         if usdz:
             from nurec_usd.export.usdz import package_usdz
 

@@ -12,18 +12,7 @@ import warp._src.context as _warp_context
 # tests/render/test_warp_args.py checks the launcher's against the descriptor of a wp.array.
 from warp._src.types import array_t as _array_t
 
-_initialised = False
-
-
-def init_warp() -> None:
-    """Initialise Warp once, quietly (its banner is noise in a CLI or a test log)."""
-    global _initialised
-    if not _initialised:
-        wp.config.log_level = 30  # warnings and errors only (no banner, no module-load lines)
-        # Tiled kernels on the CPU run one lane per block unless told otherwise.
-        wp.config.enable_cpu_blocks = True
-        wp.init()
-        _initialised = True
+from nurec_usd.render.warp_init import init_warp  # noqa: F401 (re-exported: callers import it from here)
 
 
 def to_wp(t: torch.Tensor, dtype=None) -> wp.array:

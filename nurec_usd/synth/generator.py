@@ -30,6 +30,7 @@ from typing import Callable
 
 import numpy as np
 
+from nurec_usd.capture.staging import OutputExistsError
 from nurec_usd.synth.groundtruth import CONVENTIONS, GT_FORMAT, GT_VERSION, GroundTruthWriter, default_groundtruth_dir
 from nurec_usd.synth.presets import T0_US, WORLD_OFFSET_M, Preset, get_preset
 
@@ -75,7 +76,9 @@ def resolve_device(device: str | None) -> str:
     """"cuda:0" when a CUDA device is available and none was asked for, else the asked one (checked)."""
     import warp as wp
 
-    wp.init()
+    from nurec_usd.render.warp_init import init_warp
+
+    init_warp()  # quietly: no banner, no "no CUDA driver" line on a CPU-only machine
     if device in (None, "", "auto"):
         return "cuda:0" if wp.is_cuda_available() else "cpu"
     try:
@@ -157,7 +160,7 @@ def generate(preset: str | Preset, out_dir: str | Path, *, seed: int = 0, ground
         None if groundtruth_dir is None else Path(groundtruth_dir))
     for path in (out_dir, gt_dir):
         if path is not None and path.exists() and not overwrite:
-            raise FileExistsError(f"{path} already exists (pass overwrite=True / --overwrite to replace it)")
+            raise OutputExistsError(path)
     threads = threads or os.cpu_count() or 2
     on_cpu = device == "cpu"
     timer = StageTimer(device)

@@ -171,6 +171,34 @@ def test_round_trip_through_plyfile(tmp_path, degree, n):
         same(f"rot_{i}", p.quats[:, i])
 
 
+@pytest.mark.parametrize("degree", DEGREES)
+def test_padded_to_degree_3_has_45_f_rest_for_plyfile(tmp_path, degree):
+    """pad_to_degree=3: the layout of degree 3 (45 f_rest, channel-major), the scene's own
+    coefficients in their places and zeros past its degree, however the unused ones were set."""
+    plyfile = pytest.importorskip("plyfile")
+    p = coded_params(6)  # every shN value non-zero, also past the degree in use
+    ply = plyfile.PlyData.read(str(write_gaussian_ply(p, degree, tmp_path / "s.ply", pad_to_degree=3)))
+    v = ply["vertex"]
+    assert [prop.name for prop in v.properties] == layout(3)
+    assert len([prop for prop in v.properties if prop.name.startswith("f_rest_")]) == 45
+    k_used = (degree + 1) ** 2
+    for c in range(3):
+        np.testing.assert_array_equal(bits(v[f"f_dc_{c}"]), bits(p.sh0[:, 0, c]))
+        for k in range(1, 16):
+            want = p.shN[:, k - 1, c] if k < k_used else torch.zeros(6)
+            np.testing.assert_array_equal(bits(v[f"f_rest_{c * 15 + (k - 1)}"]), bits(want), err_msg=(c, k))
+    got, got_degree = read_gaussian_ply(tmp_path / "s.ply")
+    assert got_degree == 3
+    assert_same(got, p, degree)
+    assert not got.shN[:, k_used - 1:].any()
+
+
+def test_padding_never_truncates(tmp_path):
+    with pytest.raises(ValueError, match="pad_to_degree: 1 is below the scene's SH degree 2"):
+        write_gaussian_ply(random_params(3), 2, tmp_path / "s.ply", pad_to_degree=1)
+    assert not (tmp_path / "s.ply").exists()
+
+
 def _plyfile_3dgs(path: Path, p: GaussianParams, degree: int, *, text=False, byte_order="<",
                   drop=(), extra=(), dtype="f4", order=None):
     """A file written by plyfile the way the original 3DGS ``save_ply`` does, with optional variations."""

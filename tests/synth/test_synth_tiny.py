@@ -147,7 +147,7 @@ def test_cli_usage_errors(tiny, tmp_path):
     assert r.returncode == 2 and "--preset" in r.stderr
     # an existing output is never replaced without --overwrite
     r = run_cli("synth", "--preset", "tiny", "--out", tiny[0], "--device", "cpu")
-    assert r.returncode == 2 and "already exists" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and r.stderr == f"synth: {tiny[0]} exists; pass --overwrite to replace it\n"
     r = run_cli("synth", "--preset", "tiny", "--out", tmp_path / "y", "--device", "tpu:7")
     assert r.returncode == 2 and "device" in r.stderr and "Traceback" not in r.stderr
     r = run_cli("--help")
