@@ -238,7 +238,7 @@ def initial_scene(capture: Capture, data: CaptureData, init: InitConfig,
 def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_s: float | None = None,
           device: str = "auto", format: str | None = None, overwrite: bool = False, progress: bool = True,
           log: Callable[[str], None] | None = None, collision: bool = False, usdz: bool = False,
-          **options: Any) -> BuildResult:
+          load_options: dict[str, Any] | None = None, **options: Any) -> BuildResult:
     """Reconstruct a capture into a run directory ``out`` (see the module docstring).
 
     Args:
@@ -252,6 +252,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         log: where one-line messages go (default: stderr, above the progress bars).
         collision: also export a collision mesh of the static scene (``usd/collision.usdc``).
         usdz: also package the USD export as ``usd/scene.usdz``.
+        load_options: keywords of ``load_any`` (``skip_missing``, ``scene``).
         **options: overrides of any training or init option (``steps=500``, ``max_gaussians=...``).
 
     Returns:
@@ -285,7 +286,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
     num_gaussians = 0
     try:
         t0 = time.monotonic()
-        cap = load_any(capture, format=format)
+        cap = load_any(capture, format=format, **(load_options or {}))
         from nurec_usd.train.data import CaptureData
 
         # The inputs are hashed while the images decode (hashlib and the decoders release the GIL).

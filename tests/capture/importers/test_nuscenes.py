@@ -481,3 +481,19 @@ def test_several_versions_need_a_choice(dataset_copy):
     with pytest.raises(CaptureError, match="holds 2 versions"):
         nuscenes.load(dataset_copy)
     assert nuscenes._locate(dataset_copy / "v1.0-test", None).name == "v1.0-test"
+
+
+def test_command_line_inspects_a_scene(dataset, tmp_path):
+    import os
+    import subprocess
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "nurec_usd", *map(str, a)], capture_output=True,  # noqa: E731
+                                    text=True, timeout=300, env=env)
+    r = run("inspect", dataset["root"])
+    assert r.returncode == 0, r.stderr
+    assert "capture   scene-0061" in r.stdout and "the others: scene-0103 (pick one with --scene NAME)" in r.stderr
+    r = run("inspect", dataset["root"], "--scene", "scene-0103", "--format", "nuscenes")
+    assert r.returncode == 0 and "capture   scene-0103" in r.stdout and "3 frames at 10.0 Hz" in r.stdout, r.stderr
+    r = run("validate", dataset["root"], "--scene", "scene-0999")
+    assert r.returncode == 1 and "no scene is named 'scene-0999'" in r.stderr and "Traceback" not in r.stderr
