@@ -32,11 +32,11 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from nurec_usd.capture.importers import load_any
 
     try:
-        capture = load_any(args.capture, format=args.format)
+        capture = load_any(args.capture, format=args.format, **_load_options(args))
     except CaptureError as err:
         print(err, file=sys.stderr)
         return 1
-    except ValueError as err:  # an unknown --format
+    except ValueError as err:  # an unknown --format, or --scene on a format without scenes
         print(f"inspect: {err}", file=sys.stderr)
         return 2
     if args.json:
@@ -85,7 +85,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         return 1
     if fmt != "native":  # an importer checks every file and field it reads while loading
         try:
-            load_any(args.capture, format=fmt)
+            load_any(args.capture, format=fmt, **_load_options(args))
         except CaptureError as err:
             print(err, file=sys.stderr)
             return 1
@@ -102,16 +102,36 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                 yield item
                 bar.update()
 
-    problems = validate_capture(args.capture, deep=not args.quick, workers=args.workers, progress=progress)
+    if args.scene is not None:
+        print(f"validate: --scene applies to nuscenes captures only ({args.capture} is a native capture)",
+              file=sys.stderr)
+        return 2
+    problems = validate_capture(args.capture, deep=not args.quick, workers=args.workers, progress=progress,
+                                skip_missing=args.skip_missing)
     if problems:
         count = len(problems)
         print(f"{args.capture}: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
         for p in problems:
             print(f"  - {p}", file=sys.stderr)
+        if getattr(problems, "hint", None):
+            print(problems.hint, file=sys.stderr)
         return 1
     depth = "manifest, files and headers" if args.quick else "manifest, files, every image and every sweep"
     print(f"{args.capture}: valid ({depth} checked)")
     return 0
+
+
+def _load_options(args: argparse.Namespace) -> dict:
+    """The loading options of inspect / validate / build (``load_any``'s keywords)."""
+    return {"skip_missing": args.skip_missing, "scene": args.scene}
+
+
+def _load_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--skip-missing", action="store_true",
+                   help="leave out frames (and sweeps) whose file is missing, with one warning giving the count, "
+                        "instead of refusing the capture (trimmed copies of datasets often lack some images)")
+    p.add_argument("--scene", default=None, metavar="NAME",
+                   help="nuScenes: the scene to load, e.g. scene-0061 (default: the first; the others are listed)")
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
@@ -193,7 +213,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     try:
         result = build(args.capture, args.out, preset=args.preset, budget_s=args.budget_s, device=args.device,
                        format=args.format, overwrite=args.overwrite, progress=not args.no_progress,
-                       collision=args.collision, usdz=args.usdz, profile=args.profile, **options)
+                       collision=args.collision, usdz=args.usdz, profile=args.profile,
+                       load_options=_load_options(args), **options)
     except CaptureError as err:
         print(err, file=sys.stderr)
         return 1
@@ -410,7 +431,7 @@ class _PresetHelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.dest == "preset":
-            return f"{preset_summary()} (default: fast)"
+            return f"{preset_summary()} (default: fast)".replace("%", "%%")  # argparse expands %
         return super()._get_help_string(action)
 
 
@@ -462,7 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("capture", type=Path, help="capture directory (native or an importable format)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--format", default=None, help="capture format, instead of detecting it "
-                   "(native, nerfstudio, colmap, dgp, ...)")
+                   "(native, nerfstudio, colmap, dgp, kitti, ncore, nuscenes)")
+    _load_arguments(p)
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("validate", help="check a capture or a USD stage; exit 0 when clean, 1 with every problem "
@@ -483,6 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=8, help="threads for decoding (default: 8)")
     p.add_argument("--format", default=None, help="capture format, instead of detecting it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
+    _load_arguments(p)
     p.set_defaults(func=_cmd_validate)
 
     from nurec_usd.synth.presets import PRESETS
@@ -518,13 +541,15 @@ def build_parser() -> argparse.ArgumentParser:
         "build", formatter_class=_PresetHelpFormatter,
         help="reconstruct a capture into an optimised time-varying Gaussian scene (a run directory)",
         description="Initialise Gaussians from the capture's lidar (or SfM points, or the camera frusta), optimise "
-                    "them against the training frames and sweeps, evaluate on held-out ones (every 8th timestamp), "
+                    "them against the training frames and sweeps, evaluate on held-out ones (every 8th timestamp, "
+                    "the middle one of 3 or 4, or the dataset's own test split), "
                     "and write OUT: scene.pt, config.json, manifest.json (inputs + hashes, versions, time per "
                     "stage), metrics.json, train_log.jsonl, eval_sheet.png and eval/. OUT appears only when "
                     "complete. Exit 0 on success, 1 on bad input or a diverged run (its last good checkpoint is "
                     "kept), 2 on a usage error.")
     p.add_argument("capture", type=Path, help="capture directory (native, or a format --format names)")
     p.add_argument("-o", "--out", required=True, type=Path, help="run directory to create")
+    _load_arguments(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     _build_options(p)

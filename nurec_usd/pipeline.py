@@ -254,7 +254,8 @@ def initial_scene(capture: Capture, data: CaptureData, init: InitConfig,
 def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_s: float | None = None,
           device: str = "auto", format: str | None = None, overwrite: bool = False, progress: bool = True,
           log: Callable[[str], None] | None = None, collision: bool = False, usdz: bool = False,
-          profile: bool = False, **options: Any) -> BuildResult:
+          profile: bool = False, load_options: dict[str, Any] | None = None,
+          **options: Any) -> BuildResult:
     """Reconstruct a capture into a run directory ``out`` (see the module docstring).
 
     Args:
@@ -270,6 +271,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         usdz: also package the USD export as ``usd/scene.usdz``.
         profile: also time the parts of a window of training steps on the host and the GPU and
             write the stage and step tables to ``profile.txt`` / ``profile.json`` (``nurec_usd.profiling``).
+        load_options: keywords of ``load_any`` (``skip_missing``, ``scene``).
         **options: overrides of any training or init option (``steps=500``, ``max_gaussians=...``).
 
     Returns:
@@ -308,7 +310,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
     try:
         with clock("load"):
             with clock("read capture"):
-                cap = load_any(capture, format=format)
+                cap = load_any(capture, format=format, **(load_options or {}))
             from nurec_usd.train.data import CaptureData
 
             # The inputs are hashed while the images decode (hashlib and the decoders release the GIL).

@@ -26,13 +26,18 @@ class Problem:
 
 
 class CaptureError(Exception):
-    """A capture that cannot be used, with every problem found (not just the first)."""
+    """A capture that cannot be used, with every problem found (not just the first).
 
-    def __init__(self, problems: list[Problem], root: str | None = None):
+    ``hint`` (optional) is one line printed after the problems: what the user can do about
+    them (e.g. that ``--skip-missing`` drops frames whose image is missing).
+    """
+
+    def __init__(self, problems: list[Problem], root: str | None = None, hint: str | None = None):
         if not problems:
             raise ValueError("CaptureError needs at least one problem")
         self.problems = list(problems)
         self.root = root
+        self.hint = hint
         super().__init__(self._format())
 
     def _format(self) -> str:
@@ -40,4 +45,6 @@ class CaptureError(Exception):
         count = len(self.problems)
         lines = [f"{head}: {count} problem{'s' if count != 1 else ''}"]
         lines += [f"  - {p}" for p in self.problems]
+        if self.hint:
+            lines.append(self.hint)
         return "\n".join(lines)

@@ -18,6 +18,7 @@ import numpy as np
 from nurec_usd.capture.errors import CaptureError, Problem
 from nurec_usd.capture.images import IMAGE_SUFFIXES, image_size, read_mask, read_rgb
 from nurec_usd.capture.manifest import MANIFEST_NAME, find_manifest, read_manifest, schema_problems
+from nurec_usd.capture.missing import MissingFiles, is_missing
 from nurec_usd.capture.model import (
     Camera,
     CameraFrame,
@@ -42,6 +43,11 @@ class _Problems:
 
     def __init__(self) -> None:
         self.items: list[Problem] = []
+        self.missing = 0  # of the items: files that do not exist (the refusal mentions --skip-missing)
+
+    def merge(self, other: "_Problems") -> None:
+        self.items += other.items
+        self.missing += other.missing
 
     def manifest(self, field: str, message: str) -> None:
         self.items.append(Problem(MANIFEST_NAME, field, message))
@@ -50,11 +56,13 @@ class _Problems:
         self.items.append(Problem(file, field, message))
 
 
-def load_capture(path: str | Path, *, check_image_sizes: bool = True) -> Capture:
+def load_capture(path: str | Path, *, check_image_sizes: bool = True, skip_missing: bool = False) -> Capture:
     """Load and validate a capture directory (or its ``capture.json``).
 
     Images and sweeps stay on disk (decoded on demand); their existence, image sizes
-    (from the file headers) and sweep headers are checked here.
+    (from the file headers) and sweep headers are checked here. With ``skip_missing``,
+    frames whose image and sweeps whose file does not exist are left out (one
+    ``MissingFilesWarning`` gives the count) instead of being problems.
 
     Raises:
         CaptureError: listing every problem found, each naming its file and field.
@@ -65,24 +73,37 @@ def load_capture(path: str | Path, *, check_image_sizes: bool = True) -> Capture
     if problems:  # the structure is wrong: meaning checks would only add noise
         raise CaptureError(problems, str(root))
     found = _Problems()
-    capture = _build(root, manifest, found, check_image_sizes)
+    missing = MissingFiles(skip_missing)
+    capture = _build(root, manifest, found, check_image_sizes, missing)
     if found.items:
-        raise CaptureError(found.items, str(root))
+        missing.reported = found.missing
+        raise CaptureError(found.items, str(root), hint=missing.hint())
+    missing.warn()
     return capture
 
 
+class ValidationProblems(list):
+    """``validate_capture``'s problems (a list), with the refusal's ``hint`` (``CaptureError.hint``) when it has one."""
+
+    hint: str | None = None
+
+
 def validate_capture(path: str | Path, *, deep: bool = True, workers: int = 8,
-                     progress: Callable[[Iterable, int], Iterable] | None = None) -> list[Problem]:
+                     progress: Callable[[Iterable, int], Iterable] | None = None,
+                     skip_missing: bool = False) -> list[Problem]:
     """Every problem of a capture; an empty list when it is clean.
 
     With ``deep`` every image and mask is decoded and every sweep read (finite points,
     channels in range, point times inside the rig's time range). ``progress`` wraps the
-    iterator of deep checks (e.g. ``lambda it, n: tqdm(it, total=n)``).
+    iterator of deep checks (e.g. ``lambda it, n: tqdm(it, total=n)``). ``skip_missing``:
+    as ``load_capture``'s (missing images and sweeps are left out, not problems).
     """
     try:
-        capture = load_capture(path)
+        capture = load_capture(path, skip_missing=skip_missing)
     except CaptureError as err:
-        return err.problems
+        found = ValidationProblems(err.problems)
+        found.hint = err.hint
+        return found
     if not deep:
         return []
     jobs: list[Callable[[], list[Problem]]] = []
@@ -106,15 +127,26 @@ def validate_capture(path: str | Path, *, deep: bool = True, workers: int = 8,
 # Building the dataclasses, checking each field's meaning
 
 
-def _build(root: Path, m: dict[str, Any], found: _Problems, check_image_sizes: bool) -> Capture:
+def _build(root: Path, m: dict[str, Any], found: _Problems, check_image_sizes: bool,
+           missing: MissingFiles) -> Capture:
     # The files' checks (thousands of stats and header reads) run in threads; their problems are
     # reported in document order all the same.
     with ThreadPoolExecutor(max_workers=default_workers(), thread_name_prefix="check") as pool:
-        return _build_checked(root, m, found, check_image_sizes, pool)
+        return _build_checked(root, m, found, check_image_sizes, pool, missing)
+
+
+def _left_out(root: Path, rel: str, missing: MissingFiles) -> bool:
+    """Whether a frame or sweep is skipped: its file is missing and ``skip_missing`` is on."""
+    if not missing.skip:
+        return False
+    try:
+        return is_missing(resolve_inside(root, rel))
+    except ValueError:
+        return False  # a path outside the capture is a problem, never "missing"
 
 
 def _build_checked(root: Path, m: dict[str, Any], found: _Problems, check_image_sizes: bool,
-                   pool: ThreadPoolExecutor) -> Capture:
+                   pool: ThreadPoolExecutor, missing: MissingFiles) -> Capture:
     rig_ts = _timestamps(m["rig"]["timestamps_us"], "rig.timestamps_us", found)
     rig_T = _poses(m["rig"]["T_world_rig"], "rig.T_world_rig", found)
     if len(rig_T) != len(rig_ts):
@@ -147,7 +179,9 @@ def _build_checked(root: Path, m: dict[str, Any], found: _Problems, check_image_
         def frame_files(fi: int, f: dict[str, Any], c: dict[str, Any] = c, base: str = base):
             # a frame's files: present, inside the capture, and (from the headers) of the camera's size
             fb, local = f"{base}.frames[{fi}]", _Problems()
-            image = _file(root, f["image"], f"{fb}.image", IMAGE_SUFFIXES, local)
+            if _left_out(root, f["image"], missing):
+                return None, None, None
+            image = _file(root, f["image"], f"{fb}.image", IMAGE_SUFFIXES, local, counts_missing=True)
             mask = _file(root, f["mask"], f"{fb}.mask", (".png",), local) if "mask" in f else None
             if check_image_sizes:
                 for p, rel, field in ((image, f["image"], "image"), (mask, f.get("mask"), "mask")):
@@ -159,8 +193,11 @@ def _build_checked(root: Path, m: dict[str, Any], found: _Problems, check_image_
         checked = pool.map(frame_files, range(len(c["frames"])), c["frames"])
         for fi, (f, (image, mask, local)) in enumerate(zip(c["frames"], checked)):
             fb = f"{base}.frames[{fi}]"
+            if local is None:  # its image is missing and skip_missing is on
+                missing.drop(f["image"])
+                continue
             check_time(f["timestamp_us"], f"{fb}.timestamp_us", f["timestamp_us"] + rs.readout_time_us)
-            found.items += local.items
+            found.merge(local)
             frames.append(CameraFrame(int(f["timestamp_us"]), image or root / f["image"],
                                       mask or (root / f["mask"] if "mask" in f else None)))
         cameras[c["id"]] = Camera(c["id"], c["model"], int(c["width"]), int(c["height"]), dict(c["intrinsics"]),
@@ -184,8 +221,10 @@ def _build_checked(root: Path, m: dict[str, Any], found: _Problems, check_image_
                            f"min_range_m {spec['min_range_m']} must be below max_range_m {spec['max_range_m']}")
         _timestamps([s["timestamp_us"] for s in spec["sweeps"]], f"{base}.sweeps[*].timestamp_us", found, allow_empty=True)
         def sweep_file(si: int, s: dict[str, Any], base: str = base):
+            if _left_out(root, s["file"], missing):
+                return None, None
             local = _Problems()
-            p = _file(root, s["file"], f"{base}.sweeps[{si}].file", SWEEP_SUFFIXES, local)
+            p = _file(root, s["file"], f"{base}.sweeps[{si}].file", SWEEP_SUFFIXES, local, counts_missing=True)
             if p is not None and p.suffix.lower() == ".nrl":
                 _check_nrl_header(p, s["file"], s["timestamp_us"], local)
             return p, local
@@ -193,8 +232,11 @@ def _build_checked(root: Path, m: dict[str, Any], found: _Problems, check_image_
         sweeps = []
         checked = pool.map(sweep_file, range(len(spec["sweeps"])), spec["sweeps"])
         for si, (s, (p, local)) in enumerate(zip(spec["sweeps"], checked)):
+            if local is None:
+                missing.drop(s["file"], "sweep")
+                continue
             check_time(s["timestamp_us"], f"{base}.sweeps[{si}].timestamp_us")
-            found.items += local.items
+            found.merge(local)
             sweeps.append(LidarSweepFile(int(s["timestamp_us"]), p or root / s["file"]))
         lidars[spec["id"]] = Lidar(
             id=spec["id"], T_rig_lidar=T[0], elevation_deg=elevation,
@@ -290,7 +332,9 @@ def _check_intrinsics(c: dict[str, Any], base: str, found: _Problems) -> None:
                            "the linear coefficient c1 (pixels per radian) must be positive")
 
 
-def _file(root: Path, rel: str, field: str, suffixes: tuple[str, ...], found: _Problems) -> Path | None:
+def _file(root: Path, rel: str, field: str, suffixes: tuple[str, ...], found: _Problems,
+          counts_missing: bool = False) -> Path | None:
+    # counts_missing: an image or sweep (what skip_missing leaves out), not a mask
     try:
         path = resolve_inside(root, rel)
     except ValueError as exc:
@@ -298,6 +342,7 @@ def _file(root: Path, rel: str, field: str, suffixes: tuple[str, ...], found: _P
         return None
     if not path.is_file():
         found.manifest(field, f"file {rel} does not exist")
+        found.missing += counts_missing and is_missing(path)
         return None
     if path.suffix.lower() not in suffixes:
         found.manifest(field, f"file {rel} has suffix {path.suffix!r}; expected one of {', '.join(suffixes)}")

@@ -44,11 +44,17 @@ class RollingShutter:
 
 @dataclass(frozen=True)
 class CameraFrame:
-    """One image of one camera. ``timestamp_us`` is the capture time of the first line read."""
+    """One image of one camera. ``timestamp_us`` is the capture time of the first line read.
+
+    ``held_out``: the dataset's own train / test split where it has one (an importer sets it:
+    True = a test frame, never trained on; False = a training frame); None leaves the choice
+    to the build's held-out rule (``nurec_usd.train.data.held_out``).
+    """
 
     timestamp_us: int
     image_path: Path
     mask_path: Path | None = None
+    held_out: bool | None = None
 
     def load_image(self) -> np.ndarray:
         """Decode the image as RGB. Returns uint8 ``[H, W, 3]``."""

@@ -10,10 +10,46 @@ import numpy as np
 from nurec_usd.capture.model import Camera, Capture, Lidar
 
 
+# A step t[i + m] - t[i] is steady when this share of them lies within this of their median.
+STEADY_SHARE = 0.8
+STEADY_TOLERANCE = 0.1
+MAX_GROUP = 8  # poses per period looked for
+
+
+def rate(timestamps_us: np.ndarray) -> tuple[float | None, int]:
+    """The rate of some timestamps (Hz) and how many of them fall in each period.
+
+    Poses gathered from several sensors come in groups: DGP gives a pose per datum, so a scene
+    whose lidar and cameras fire once a second a few hundred ms apart has two poses a second at
+    uneven gaps, where the median gap would claim several Hz. The period is the smallest
+    ``m``-step ``t[i + m] - t[i]`` (``m`` = 1, 2, ...) that is steady; the rate is one over it.
+    Without a steady step the timestamps are irregular: returns their mean rate and 0.
+    None (and 0) for fewer than two timestamps.
+    """
+    ts = np.asarray(timestamps_us, dtype=np.int64)
+    if len(ts) < 2:
+        return None, 0
+    for m in range(1, min(MAX_GROUP, len(ts) - 1) + 1):
+        steps = (ts[m:] - ts[:-m]).astype(np.float64)
+        period = float(np.median(steps))
+        if period > 0 and np.mean(np.abs(steps - period) <= STEADY_TOLERANCE * period) >= STEADY_SHARE:
+            return 1e6 / period, m
+    span = float(ts[-1] - ts[0])
+    return ((len(ts) - 1) * 1e6 / span if span > 0 else None), 0
+
+
 def _rate_hz(timestamps_us: np.ndarray) -> float | None:
-    if len(timestamps_us) < 2:
-        return None
-    return 1e6 / float(np.median(np.diff(timestamps_us)))
+    return rate(timestamps_us)[0]
+
+
+def _rate_text(hz: float | None, per_period: int) -> str:
+    if hz is None:
+        return ""
+    if per_period == 1:
+        return f" ({hz:.1f} Hz)"
+    if per_period > 1:
+        return f" ({hz:.1f} Hz, in groups of {per_period})"
+    return f" (irregular, {hz:.1f} Hz on average)"
 
 
 def _shutter(cam: Camera) -> str:
@@ -36,7 +72,7 @@ def _focal(cam: Camera) -> str:
 
 def capture_summary(capture: Capture) -> dict[str, Any]:
     """The facts ``inspect`` shows, as plain JSON-able values."""
-    rig_rate = _rate_hz(capture.rig.timestamps_us)
+    rig_rate, rig_group = rate(capture.rig.timestamps_us)
     steps = np.diff(capture.rig.T_world_rig[:, :3, 3], axis=0)
     return {
         "name": capture.name,
@@ -46,6 +82,8 @@ def capture_summary(capture: Capture) -> dict[str, Any]:
         "duration_s": capture.duration_s,
         "rig_poses": len(capture.rig.timestamps_us),
         "rig_rate_hz": rig_rate,
+        # poses per period (several sensors' poses at once: DGP), 0 when irregular
+        "rig_poses_per_period": rig_group,
         "ego_path_m": float(np.linalg.norm(steps, axis=1).sum()),
         "world_offset_m": capture.world_offset_m.tolist(),
         "cameras": [{
@@ -94,11 +132,11 @@ def _lidar_line(lidar: Lidar) -> str:
 def format_summary(capture: Capture) -> str:
     """The multi-line text ``inspect`` prints."""
     s = capture_summary(capture)
-    rate = f" ({s['rig_rate_hz']:.1f} Hz)" if s["rig_rate_hz"] else ""
+    rig_rate = _rate_text(s["rig_rate_hz"], s["rig_poses_per_period"])
     lines = [
         f"capture   {s['name']}   ({s['root']})",
         f"time      {s['duration_s']:.2f} s, from {s['start_us']} to {s['end_us']} us",
-        f"rig       {s['rig_poses']} poses{rate}, ego path {s['ego_path_m']:.1f} m",
+        f"rig       {s['rig_poses']} poses{rig_rate}, ego path {s['ego_path_m']:.1f} m",
     ]
     if capture.metadata.get("poses_estimated"):
         lines.append("poses     estimated from lidar (ICP), not measured")

@@ -7,7 +7,9 @@ readout; images decoded once and kept as uint8 (on the GPU when they fit); per l
 
 Held-out data: frames and sweeps whose index (per sensor, in time order) satisfies
 ``index % eval_every == eval_every // 2`` are never trained on. Cameras and lidars sampled at
-the same rate therefore hold out the same instants.
+the same rate therefore hold out the same instants. A sensor with 3 or more but too few for
+that index to occur holds out its middle one; a frame whose capture gives it a ``held_out`` flag
+(a dataset's own test split) follows the flag.
 
 Frame groups: the frames that cameras of one resolution recorded together (readouts starting
 within ``GROUP_TOLERANCE_S``) form a group, rendered in one call (``camera_views``) with the
@@ -138,9 +140,16 @@ class LidarData:
     intensities: torch.Tensor  # [S, C, W] measured intensity, 0 where there was no return
 
 
-def held_out(index: int, eval_every: int) -> bool:
-    """Whether the index-th frame or sweep of a sensor is held out (0 disables holding out)."""
-    return eval_every > 0 and index % eval_every == eval_every // 2
+def held_out(index: int, eval_every: int, count: int = 0) -> bool:
+    """Whether the index-th of a sensor's ``count`` frames or sweeps is held out (0 disables holding out).
+
+    With 3 or more of them but fewer than ``eval_every // 2 + 1`` (so that no index qualifies),
+    the middle one is held out: a tiny capture is still scored."""
+    if eval_every <= 0:
+        return False
+    if 3 <= count <= eval_every // 2:
+        return index == count // 2
+    return index % eval_every == eval_every // 2
 
 
 def _decode(frame, size: tuple[int, int], factor: int) -> np.ndarray:
@@ -273,8 +282,8 @@ class CaptureData:
             for ci, cam in enumerate(capture.cameras.values()):
                 self.cameras.append(self._camera(cam, rig))  # before the decoding threads start: they slow the host
                 for fi, frame in enumerate(cam.frames):
-                    self.frames.append(FrameRef(ci, fi, float(capture.seconds(frame.timestamp_us)),
-                                                held_out(fi, eval_every)))
+                    split = held_out(fi, eval_every, len(cam.frames)) if frame.held_out is None else frame.held_out
+                    self.frames.append(FrameRef(ci, fi, float(capture.seconds(frame.timestamp_us)), split))
         # Every image of every camera is decoded in one pool, straight into its place; the
         # sweeps are read and turned into range images meanwhile.
         pool = ThreadPoolExecutor(max_workers=workers or default_workers(), thread_name_prefix="decode")
@@ -290,7 +299,7 @@ class CaptureData:
                     self.lidars.append(self._lidar(lidar, rig))
                     for si, sweep in enumerate(lidar.sweeps):
                         self.sweeps.append(SweepRef(li, si, float(capture.seconds(sweep.timestamp_us)),
-                                                    held_out(si, eval_every)))
+                                                    held_out(si, eval_every, len(lidar.sweeps))))
             with part("images (after the sweeps)"):
                 for job in decoded:
                     job.result()  # re-raises a failed decode, naming its file
@@ -352,7 +361,7 @@ class CaptureData:
         for si, sweep in enumerate(prefetched(lidar.load_sweep, range(len(lidar.sweeps)))):
             tensors = _sweep_tensors(sweep.points, sweep.intensity, sweep.channel, dev)
             batch.append(tensors)
-            if not held_out(si, self.eval_every):  # the initialisation reads them again otherwise
+            if not held_out(si, self.eval_every, len(lidar.sweeps)):  # the initialisation reads them again otherwise
                 times = torch.from_numpy(np.asarray(self.capture.seconds(sweep.timestamps_us), dtype=np.float64))
                 self.sweep_points[(lidar.id, si)] = SweepPoints(tensors[0], tensors[1], times.to(dev))
             if len(batch) == RANGE_IMAGE_BATCH:

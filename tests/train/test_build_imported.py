@@ -220,3 +220,23 @@ def test_build_runs_on_an_ncore_sequence(native, tmp_path, monkeypatch):
     assert m["actor_gaussians"] > 0  # the fixture's two car tracks
     assert Path(manifest["inputs"]["root"]).resolve() == Path(capture.root).resolve()
     assert any(row["path"] == "capture.json" for row in manifest["inputs"]["files"])
+
+
+def test_build_runs_on_a_nuscenes_scene(tmp_path, monkeypatch):
+    from nurec_usd.capture.importers import load_any
+
+    cache = tmp_path / "xdg_cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    helpers = _helpers("test_nuscenes")
+    rig = helpers.synth_native(tmp_path / "rig")  # six pinhole cameras (nuScenes' CAM_* channels) and a lidar
+    root = helpers.write_nuscenes(rig, tmp_path / "nuscenes", scenes=(("scene-0061", range(10)),))["root"]
+    out = tmp_path / "run"
+    result, _ = _build(root, out, load_options={"scene": "scene-0061"}, **LIDAR_BUILD)
+    capture = load_any(root, scene="scene-0061")  # the same cache: the sweeps build converted
+    assert len(capture.cameras) == 6 and len(capture.tracks) == len(rig.tracks) + 1  # the cars and a cone
+    n_cams = len(capture.cameras)
+    m, manifest = _check_lidar_run(result, out, capture, held_out_frames=2 * n_cams, held_out_sweeps=2, cache=cache)
+    assert m["actor_gaussians"] > 0  # the annotated cars
+    hashed = {row["path"] for row in manifest["inputs"]["files"]}
+    assert {"scene.json", "sample_data.json", "ego_pose.json", "sample_annotation.json"} <= hashed  # the tables
+    assert sum("/samples/CAM_" in p or "/sweeps/CAM_" in p for p in hashed) == 6 * len(rig.cameras["CAM_FRONT"].frames)

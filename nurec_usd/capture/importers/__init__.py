@@ -3,7 +3,12 @@
 Each format is one module here with two functions:
 
 - ``detect(path: Path) -> bool``: whether ``path`` (a directory or a file) looks like that format;
-- ``load(path: Path) -> Capture``: the capture, or ``CaptureError`` naming the file and field.
+- ``load(path: Path, *, skip_missing: bool = False) -> Capture``: the capture, or ``CaptureError``
+  naming the file and field. ``skip_missing`` leaves out the frames (and sweeps) whose file is
+  missing, with one ``MissingFilesWarning`` (``nurec_usd.capture.missing``).
+
+Every path an importer reads is confined to the dataset's folder (``nurec_usd.capture.paths``),
+with the native format's errors.
 
 ``load_any`` picks the format (``detect`` of each, native first) unless one is forced.
 """
@@ -20,10 +25,14 @@ from nurec_usd.capture.model import Capture
 IMPORTERS = {
     "nerfstudio": "nurec_usd.capture.importers.nerfstudio",
     "colmap": "nurec_usd.capture.importers.colmap",
+    # before dgp: a nuScenes table folder holds a scene.json, a file name DGP also uses
+    "nuscenes": "nurec_usd.capture.importers.nuscenes",
     "dgp": "nurec_usd.capture.importers.dgp",
     "kitti": "nurec_usd.capture.importers.kitti",
     "ncore": "nurec_usd.capture.importers.ncore",
 }
+# Options of load_any that only some formats have: option -> the formats that take it.
+FORMAT_OPTIONS = {"scene": ("nuscenes",)}
 FORMATS = ("native", *IMPORTERS)
 
 
@@ -61,16 +70,34 @@ def detect_format(path: str | Path) -> str:
                                 + ", ".join(available_formats()) + "); force one with --format")])
 
 
-def load_any(path: str | Path, format: str | None = None) -> Capture:
-    """Load a capture in any supported format (detected unless ``format`` is given)."""
+def load_any(path: str | Path, format: str | None = None, *, skip_missing: bool = False,
+             scene: str | None = None) -> Capture:
+    """Load a capture in any supported format (detected unless ``format`` is given).
+
+    Args:
+        path: the capture (a folder or file, as the format has it).
+        format: force the format instead of detecting it.
+        skip_missing: leave out frames and sweeps whose file is missing (one warning with the
+            count) instead of refusing the capture.
+        scene: which scene of a multi-scene dataset (nuScenes) to load, by name; default: the first.
+
+    Raises:
+        CaptureError: the capture has problems (each names its file and field).
+        ValueError: an unknown format, or an option the format does not have.
+    """
     from nurec_usd.capture.loader import load_capture
 
     name = format or detect_format(path)
-    if name == "native":
-        return load_capture(path)
-    if name not in IMPORTERS:
+    if name not in FORMATS:
         raise ValueError(f"unknown format {name!r}; known: {', '.join(FORMATS)}")
+    extra = {"scene": scene} if scene is not None else {}
+    for option in extra:
+        if name not in FORMAT_OPTIONS[option]:
+            raise ValueError(f"--{option} applies to {', '.join(FORMAT_OPTIONS[option])} captures only "
+                             f"({path} is a {name} capture)")
+    if name == "native":
+        return load_capture(path, skip_missing=skip_missing)
     module = _module(name)
     if module is None:
         raise ValueError(f"the {name} importer is not available in this version")
-    return module.load(Path(path))
+    return module.load(Path(path), skip_missing=skip_missing, **extra)

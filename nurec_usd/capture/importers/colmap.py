@@ -10,7 +10,9 @@ A COLMAP workspace looks like::
 
 ``load`` accepts the workspace, its ``sparse/`` folder, or a model folder itself (the model
 is looked for in ``sparse/0``, ``sparse``, the folder and ``0``, in that order; ``.bin`` is preferred
-over ``.txt`` like COLMAP does). Images are read from ``images/`` next to ``sparse/``.
+over ``.txt`` like COLMAP does). Images are read from ``images/`` next to ``sparse/``; an image
+NAME must stay inside that folder (no absolute path, no ``..``, no symlink leading out of it), and
+the model files inside the workspace, as the native format's paths do (``nurec_usd.capture.paths``).
 Newer COLMAP versions add ``rigs`` and ``frames`` files; they are not needed (every image
 still carries its own world-to-camera pose) and are ignored.
 
@@ -48,7 +50,9 @@ import numpy as np
 
 from nurec_usd.capture.errors import CaptureError, Problem
 from nurec_usd.capture.images import image_size
+from nurec_usd.capture.missing import MissingFiles, is_missing
 from nurec_usd.capture.model import Camera, CameraFrame, Capture, RigTrajectory, RollingShutter
+from nurec_usd.capture.paths import ensure_inside, resolve_inside
 
 __all__ = [
     "detect",
@@ -94,7 +98,8 @@ class PosedImage:
     """One image of a camera-only capture, before timestamps are assigned.
 
     ``sort_name`` orders the images in time; ``T_world_camera`` maps the camera frame
-    (OpenCV axes) into the source's world frame (not yet re-centred).
+    (OpenCV axes) into the source's world frame (not yet re-centred). ``held_out``: the
+    dataset's own split, when it has one (``CameraFrame.held_out``).
     """
 
     sort_name: str
@@ -102,6 +107,7 @@ class PosedImage:
     T_world_camera: np.ndarray  # [4, 4] float64
     image_path: Path
     mask_path: Path | None = None
+    held_out: bool | None = None
 
 
 def perspective_intrinsics(fx: float, fy: float, cx: float, cy: float,
@@ -187,7 +193,7 @@ def camera_only_capture(root: Path, name: str, cameras: dict[str, CameraSpec], i
     frames: dict[str, list[CameraFrame]] = {cid: [] for cid in cameras}
     for t, i in zip(timestamps, order):
         im = images[i]
-        frames[im.camera_id].append(CameraFrame(int(t), im.image_path, im.mask_path))
+        frames[im.camera_id].append(CameraFrame(int(t), im.image_path, im.mask_path, im.held_out))
     out_cameras = {
         cid: Camera(id=cid, model=spec.model, width=spec.width, height=spec.height,
                     intrinsics=dict(spec.intrinsics), T_rig_camera=np.eye(4),
@@ -530,8 +536,11 @@ def _T_world_camera(image: _ColmapImage) -> np.ndarray:
     return T
 
 
-def load(path: Path) -> Capture:
+def load(path: Path, *, skip_missing: bool = False) -> Capture:
     """Read a COLMAP sparse model and its images into a camera-only ``Capture``.
+
+    ``skip_missing``: leave out the images whose file is missing (one ``MissingFilesWarning``)
+    instead of refusing the model.
 
     Raises:
         CaptureError: every problem found (unreadable or truncated model files, camera models
@@ -562,6 +571,11 @@ def load(path: Path) -> Capture:
         file = model_dir / f"{kind}{suffix}"
         if kind == "points3D" and not file.is_file():
             continue  # optional: the capture is usable without initial points
+        try:
+            ensure_inside(root, file)
+        except ValueError as exc:
+            problems.append(Problem(shown(file), "", str(exc)))
+            continue
         try:
             result = reader(file, shown(file))
         except _FileProblems as exc:
@@ -609,6 +623,7 @@ def load(path: Path) -> Capture:
                                                        f"(expected next to sparse/)"))
     posed: list[PosedImage] = []
     seen_names: dict[str, int] = {}
+    missing = MissingFiles(skip_missing)
     for im in images:
         if im.camera_id not in by_id:
             problems.append(Problem(images_shown, im.where, f"image {im.image_id} ({im.name}) refers to camera "
@@ -623,7 +638,17 @@ def load(path: Path) -> Capture:
         except ValueError as exc:
             problems.append(Problem(images_shown, im.where, str(exc)))
             continue
-        image_path = images_dir / im.name
+        try:
+            # NAMEs are relative to the image folder, which lies in the workspace like everything read
+            image_path = ensure_inside(root, resolve_inside(images_dir, im.name), f"images/{im.name}")
+        except ValueError as exc:
+            problems.append(Problem(images_shown, im.where, f"image {im.image_id}: {exc}"))
+            continue
+        if images_dir.is_dir() and is_missing(image_path):
+            if not missing.drop(shown(image_path)):
+                problems.append(Problem(images_shown, im.where,
+                                        f"image {im.image_id}: image file {shown(image_path)} does not exist"))
+            continue
         spec = specs.get(im.camera_id)
         if spec is not None and images_dir.is_dir():
             message = image_problem(image_path, shown(image_path), spec.width, spec.height)
@@ -631,7 +656,10 @@ def load(path: Path) -> Capture:
                 problems.append(Problem(images_shown, im.where, f"image {im.image_id}: {message}"))
         posed.append(PosedImage(im.name, f"camera_{im.camera_id}", T, image_path))
     if problems:
-        raise CaptureError(problems, str(root))
+        raise CaptureError(problems, str(root), hint=missing.hint())
+    if not posed:
+        raise CaptureError([Problem(images_shown, "", f"none of the model's {len(images)} images is present "
+                                                      f"in {shown(images_dir)}")], str(root))
 
     metadata: dict[str, Any] = {"source_format": "colmap", "source_model": shown(model_dir) if model_dir != root else "."}
     if points is None:
@@ -640,5 +668,9 @@ def load(path: Path) -> Capture:
         xyz, rgb = points
         if not np.all(np.isfinite(xyz)):
             raise CaptureError([Problem(shown(points_path), "", "points have non-finite coordinates")], str(root))
-    return camera_only_capture(root, root.name, {f"camera_{cid}": specs[cid] for cid in used}, posed,
-                               xyz, rgb, metadata)
+    if missing.message():
+        metadata["warnings"] = [missing.message()]
+    capture = camera_only_capture(root, root.name, {f"camera_{cid}": specs[cid] for cid in used}, posed,
+                                  xyz, rgb, metadata)
+    missing.warn()
+    return capture

@@ -72,7 +72,8 @@ from nurec_usd.capture.errors import CaptureError, Problem
 from nurec_usd.capture.images import image_size
 from nurec_usd.capture.importers import sweep_cache
 from nurec_usd.capture.importers.problems import FieldError, Problems, relative
-from nurec_usd.capture.importers.sweep_cache import cache_root  # also this module's (in __all__)
+# also this module's (in __all__): the cache folder, and the channel table the importers share
+from nurec_usd.capture.importers.sweep_cache import cache_root, estimate_channel_table
 from nurec_usd.capture.model import (
     Camera,
     CameraFrame,
@@ -82,8 +83,8 @@ from nurec_usd.capture.model import (
     RollingShutter,
     Track,
 )
-from nurec_usd.capture.paths import resolve_inside
-from nurec_usd.capture.sweep_io import write_nrl
+from nurec_usd.capture.missing import MissingFiles, is_missing
+from nurec_usd.capture.paths import ensure_inside, resolve_inside
 
 __all__ = ["DGPWarning", "detect", "load", "estimate_channel_table", "cache_root"]
 
@@ -102,12 +103,6 @@ UNSUPPORTED_INTRINSICS = ("s1", "s2", "s3", "s4", "taux", "tauy", "alpha", "beta
 LABELS = {"person": "pedestrian", "pedestrian": "pedestrian", "car": "car", "truck": "truck",
           "bus/rv/caravan": "bus", "bus": "bus", "bicycle": "bicycle", "motorcycle": "motorcycle"}
 
-# Channel-table estimation (see estimate_channel_table).
-RING_BIN_DEG = 0.02  # histogram bin: finer than the closest ring spacings (~0.1 deg)
-RING_HALF_WIDTH_DEG = 0.1  # a point belongs to a ring within this of its elevation
-RING_MIN_COVERAGE = 0.8  # share of points that must sit on rings to call the cloud ring-like
-RING_MIN_RANGE_M = 5.0  # near points smear rings (beam origins are offset from the sensor origin)
-QUANTILE_CHANNELS = 64
 DEFAULT_SCAN_RATE_HZ = 10.0
 MAX_SWEEP_SPACING_S = 0.2
 POSE_AGREEMENT_M = 0.01  # rig poses from two datums at one timestamp should agree this well
@@ -322,6 +317,14 @@ def _dataset_scenes(dataset_json: Path, root: Path) -> tuple[Path, list[str], li
     return present[0], notes, [name for name, _ in listed]
 
 
+def _confined(folder: Path, path: Path) -> None:
+    """``CaptureError`` when a file found in ``folder`` is a symlink to somewhere outside it."""
+    try:
+        ensure_inside(folder, path)
+    except ValueError as exc:
+        raise CaptureError([Problem(path.name, "", str(exc))], str(folder)) from None
+
+
 def _locate(path: Path) -> _Source:
     path = Path(path)
     if not path.exists():
@@ -333,12 +336,16 @@ def _locate(path: Path) -> _Source:
             return _Source(root, scene, path, notes, listed)
         return _Source(root, path)
     datasets = sorted(p for p in path.iterdir() if p.is_file() and _is_dataset_json(p.name))
+    for p in datasets:
+        _confined(path, p)
     if datasets:
         scene, notes, listed = _dataset_scenes(datasets[0], path)
         if len(datasets) > 1:
             notes.append(f"{len(datasets)} dataset files in {path}; used {datasets[0].name}")
         return _Source(path, scene, datasets[0], notes, listed)
     scenes = sorted(p for p in path.iterdir() if p.is_file() and _is_scene_json(p.name))
+    for p in scenes:
+        _confined(path, p)
     if len(scenes) != 1:
         what = "no scene_*.json" if not scenes else f"{len(scenes)} scene files ({', '.join(p.name for p in scenes)})"
         raise CaptureError([Problem(str(path), "", f"not a DGP scene folder: {what}; pass the scene json itself")])
@@ -369,26 +376,33 @@ class _Calibration:
     where: str
 
 
-def load(path: Path) -> Capture:
+def load(path: Path, *, skip_missing: bool = False) -> Capture:
     """Load a DGP scene (a scene folder or json) or the first present scene of a dataset json.
+
+    Every file a scene names must lie inside its folder (``nurec_usd.capture.paths``).
+    ``skip_missing``: leave out the images and point clouds whose file is missing (one
+    ``MissingFilesWarning``) instead of refusing the scene.
 
     Raises:
         CaptureError: naming the file and field of every problem found.
     """
     src = _locate(Path(path))
-    capture = _SceneLoader(src).load()
+    missing = MissingFiles(skip_missing)
+    capture = _SceneLoader(src, missing).load()
     for message in src.warnings:
         warnings.warn(message, DGPWarning, stacklevel=2)
+    missing.warn()
     return capture
 
 
 class _SceneLoader:
-    def __init__(self, src: _Source):
+    def __init__(self, src: _Source, missing: MissingFiles):
         self.src = src
         self.scene_dir = src.scene_json.parent
         self.root = src.root
         self.scene_rel = relative(src.scene_json, self.root)
-        self.found = Problems(self.root)
+        self.missing = missing
+        self.found = Problems(self.root, missing)
         self.notes = src.warnings  # shared: load() warns about all of them
 
     def rel(self, path: Path) -> str:
@@ -405,6 +419,19 @@ class _SceneLoader:
             self.found.add(file or self.scene_rel, where, f"file {self.rel(path)} does not exist")
             return None
         return path
+
+    def datum_file(self, name: str, where: str, kind: str) -> Path | None:
+        """A datum's image or point cloud, like ``scene_file``; a missing one is left out with
+        ``skip_missing`` (None, no problem), else reported as missing."""
+        try:
+            path = resolve_inside(self.scene_dir, name)
+        except ValueError:
+            return self.scene_file(name, where)  # reports it
+        if is_missing(path):
+            if not self.missing.drop(self.rel(path), kind):
+                self.found.add(self.scene_rel, where, f"file {self.rel(path)} does not exist")
+            return None
+        return self.scene_file(name, where)
 
     # -- the scene json -----------------------------------------------------------------
 
@@ -468,7 +495,7 @@ class _SceneLoader:
                 "description": scene.get("description", ""),
             },
             "lidar_models": lidar_info,
-            "warnings": list(self.notes),
+            "warnings": list(self.notes) + ([self.missing.message()] if self.missing.message() else []),
         }
         return Capture(root=self.scene_dir, name=name, rig=RigTrajectory(rig_ts, rig_T), cameras=cameras,
                        lidars=lidars, tracks=tracks, world_offset_m=offset, metadata=metadata)
@@ -650,7 +677,7 @@ class _SceneLoader:
             if frames and frames[-1].timestamp_us == d.timestamp_us:
                 duplicates += 1  # frame timestamps must strictly increase: keep the first
                 continue
-            path = self.scene_file(d.body["filename"], f"{d.where}.filename")
+            path = self.datum_file(d.body["filename"], f"{d.where}.filename", "frame")
             if path is None:
                 continue
             try:
@@ -686,7 +713,7 @@ class _SceneLoader:
             except FieldError as exc:
                 self.found.add(self.scene_rel, exc.field, exc.message)
                 continue
-            path = self.scene_file(d.body["filename"], f"{d.where}.filename")
+            path = self.datum_file(d.body["filename"], f"{d.where}.filename", "sweep")
             if path is None:
                 continue
             if path.suffix.lower() != ".npz":
@@ -900,137 +927,17 @@ def read_dgp_points(path: Path, point_format: tuple[str, ...] = (), rel: str | N
     return {k: v[keep] for k, v in cols.items()}
 
 
-def _window(h: np.ndarray, half: int, fn) -> np.ndarray:
-    padded = np.pad(h, half, mode="constant")
-    return fn(np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1), axis=1)
-
-
-def estimate_channel_table(elevation_deg: np.ndarray, range_m: np.ndarray) -> tuple[np.ndarray, str]:
-    """An approximate channel table (elevations, degrees, ascending) for points without one.
-
-    * ``"rings"``: a spinning lidar seen from its own origin puts its points on a few
-      sharp elevations. Peaks of a fine elevation histogram (0.02 deg bins) that stand well
-      above their surroundings are taken as channels when at least 80 % of the points lie
-      within 0.1 deg of one (near points are left out: beam origins sit off the sensor
-      origin, which smears elevations at short range).
-    * ``"elevation-quantiles"``: otherwise (several merged lidars, a non-spinning scanner,
-      points not seen from the sensor origin), 64 channels at evenly spaced quantiles of
-      the elevations, so that channels are dense where the points are.
-
-    Returns (elevation_deg ``[C]``, method).
-    """
-    el = elevation_deg[np.isfinite(elevation_deg)]
-    if len(el) == 0:
-        return np.array([0.0]), "elevation-quantiles"
-    far = el[range_m[np.isfinite(elevation_deg)] >= RING_MIN_RANGE_M]
-    sample = far if len(far) >= 1000 else el
-    lo = float(sample.min())
-    bins = np.floor((sample - lo) / RING_BIN_DEG).astype(np.int64)
-    h = np.bincount(bins).astype(np.float64)
-    background = _window(h, int(round(0.5 / RING_BIN_DEG)), np.median)  # +-0.5 deg
-    local_max = h >= _window(h, 3, np.max)  # +-0.06 deg
-    peaks = np.nonzero(local_max & (h >= 4 * background + 5))[0]
-    if len(peaks):
-        peaks = peaks[np.concatenate([[True], np.diff(peaks) > 3])]  # one per plateau
-    if 2 <= len(peaks) <= 1024:
-        centres = lo + (peaks + 0.5) * RING_BIN_DEG
-        refined = []
-        for c in centres:  # the mean elevation of each ring's points, not the bin centre
-            on = sample[np.abs(sample - c) <= RING_HALF_WIDTH_DEG]
-            refined.append(float(on.mean()) if len(on) else float(c))
-        table = np.unique(np.round(np.array(refined), 6))
-        near = np.abs(sample - table[sweep_cache.nearest_channel(sample, table)])
-        if np.mean(near <= RING_HALF_WIDTH_DEG) >= RING_MIN_COVERAGE:
-            return table, "rings"
-    q = (np.arange(QUANTILE_CHANNELS) + 0.5) / QUANTILE_CHANNELS
-    return np.unique(np.round(np.quantile(el, q), 6)), "elevation-quantiles"
-
-
 def convert_sweeps(lidar_id: str, sweeps: list[_SweepInput]) -> dict[str, Any]:
-    """Convert DGP sweeps to ``.nrl`` (cached) and describe the estimated spinning model.
+    """Convert DGP sweeps to ``.nrl`` (cached) and describe the estimated spinning model
+    (``sweep_cache.convert_compensated_sweeps``: DGP gives each sweep one pose).
 
     Returns a dict with the model's fields (``elevation_deg``, ``columns``, ...), ``sweeps``
     (timestamp and file name), ``folder`` (the cache folder), ``method`` and ``note``.
     """
-    key, folder, spec = sweep_cache.lookup(
-        f"nurec_usd dgp sweeps v{CACHE_VERSION} {lidar_id}\n",
-        ((f"{s.timestamp_us} {','.join(s.point_format)} ", s.path, s.rel) for s in sweeps), _SweepError)
-    if spec is not None:
-        return spec
-
-    # Pass 1: the channel table and intensity scale from a sample of the sweeps.
-    pick = sweep_cache.sample_indices(len(sweeps))
-    els, rngs, rings, intensity_max, counts = [], [], [], 0.0, []
-    first_xyz = None
-    for i in pick:
-        cols = read_dgp_points(sweeps[i].path, sweeps[i].point_format, sweeps[i].rel)
-        xyz = np.stack([cols["X"], cols["Y"], cols["Z"]], axis=1)
-        _, el, rng = sweep_cache.spherical(xyz)
-        step = max(1, len(el) // 200_000)  # bounded memory for the histogram
-        els.append(el[::step])
-        rngs.append(rng[::step])
-        counts.append(len(el))
-        if "RING" in cols:
-            rings.append((cols["RING"][::step], el[::step]))
-        if "INTENSITY" in cols and len(cols["INTENSITY"]):
-            intensity_max = max(intensity_max, float(np.nanmax(cols["INTENSITY"])))
-        if first_xyz is None:
-            first_xyz = xyz
-    el_all, rng_all = np.concatenate(els), np.concatenate(rngs)
-    ring_table: np.ndarray | None = None
-    if rings and len(rings) == len(pick):
-        ring_ids = np.concatenate([r for r, _ in rings]).astype(np.int64)
-        ring_els = np.concatenate([e for _, e in rings])
-        if len(ring_ids) and ring_ids.min() >= 0 and ring_ids.max() < 4096:
-            n = int(ring_ids.max()) + 1
-            med = np.full(n, np.nan)
-            for r in np.unique(ring_ids):
-                med[r] = np.median(ring_els[ring_ids == r])
-            seen = np.isfinite(med)
-            ring_table = np.interp(np.arange(n), np.nonzero(seen)[0], med[seen])  # unseen rings: between neighbours
-    if ring_table is not None:
-        table, method = ring_table, "ring-field"
-    else:
-        table, method = estimate_channel_table(el_all, rng_all)
-    # the azimuth step between neighbouring points of one ring, unless there are no rings
-    columns = sweep_cache.ring_columns(first_xyz, table) if method != "elevation-quantiles" else None
-    if columns is None:
-        columns = sweep_cache.columns_from_counts(counts, len(table))
-    times = np.array([s.timestamp_us for s in sweeps], dtype=np.int64)
-    # Consecutive sweeps give the spin rate, unless the log keeps only some sweeps (spacing
-    # over 0.2 s, slower than any driving lidar spins): then the nominal 10 Hz.
-    spacing_s = float(np.median(np.diff(times))) * 1e-6 if len(times) > 1 else math.inf
-    scan_rate = 1.0 / spacing_s if spacing_s <= MAX_SWEEP_SPACING_S else DEFAULT_SCAN_RATE_HZ
-    scale = sweep_cache.intensity_scale(intensity_max)
-
-    # Pass 2: every sweep to .nrl, in a staged folder moved into place whole.
-    with sweep_cache.staged_folder(folder) as stage:
-        entries, r_min, r_max = [], math.inf, 0.0
-        for s in sweeps:
-            cols = read_dgp_points(s.path, s.point_format, s.rel)
-            xyz = np.stack([cols["X"], cols["Y"], cols["Z"]], axis=1)
-            _, el, rng = sweep_cache.spherical(xyz)
-            channel = sweep_cache.nearest_channel(el, table)
-            if method == "ring-field" and "RING" in cols:  # the sensor's own channel where it is usable
-                ring = cols["RING"].astype(np.int64)
-                ok = (ring >= 0) & (ring < len(table))
-                channel[ok] = ring[ok]
-            intensity = cols.get("INTENSITY", np.zeros(len(xyz))) * scale
-            intensity = np.where(np.isfinite(intensity), intensity, 0.0)
-            name = f"{s.timestamp_us}.nrl"
-            # every point at the sweep time: DGP's points are relative to the sweep's single pose
-            write_nrl(stage.path / name, s.timestamp_us, xyz.astype(np.float32), intensity.astype(np.float32),
-                      np.full(len(xyz), s.timestamp_us, dtype=np.int64), channel)
-            entries.append({"timestamp_us": s.timestamp_us, "file": name})
-            if len(rng):
-                r_min, r_max = min(r_min, float(rng.min())), max(r_max, float(rng.max()))
-        min_range, max_range = sweep_cache.range_limits(r_min, r_max)
-        spec = {
-            "elevation_deg": [float(e) for e in table], "columns": columns, "rotation": "counterclockwise",
-            "scan_rate_hz": scan_rate, "start_azimuth_deg": 0.0, "min_range_m": min_range,
-            "max_range_m": max_range, "sweeps": entries, "method": method, "intensity_scale": scale,
-            "note": ("channel table estimated from the points (" + method + "); rotation, start azimuth and columns "
-                     "are nominal; every point carries its sweep's timestamp (time offset 0)"),
-            "cache": key,
-        }
-        return sweep_cache.publish_spec(stage, spec)
+    inputs = [sweep_cache.CompensatedSweep(s.timestamp_us, s.path, s.rel,
+                                           f"{s.timestamp_us} {','.join(s.point_format)} ") for s in sweeps]
+    formats = {s.path: s.point_format for s in sweeps}  # the reader's column names, per file
+    return sweep_cache.convert_compensated_sweeps(
+        f"nurec_usd dgp sweeps v{CACHE_VERSION} {lidar_id}\n", inputs,
+        lambda s: read_dgp_points(s.path, formats[s.path], s.rel), _SweepError,
+        rotation="counterclockwise", default_scan_rate_hz=DEFAULT_SCAN_RATE_HZ, max_spacing_s=MAX_SWEEP_SPACING_S)

@@ -20,7 +20,11 @@ IJRR 2013 paper "Vision meets Robotics: The KITTI Dataset"):
 * ``timestamps*.txt``: one ``YYYY-MM-DD HH:MM:SS.fffffffff`` per line, line ``i`` for
   ``data/<i>.*``. No time zone is given; they are read as UTC (any epoch will do, only
   differences matter). Nanoseconds are rounded to the nearest microsecond. A drive may
-  lack some data files (their lines are skipped);
+  lack some data files (their lines are skipped). Copies often drop ``timestamps.txt``: a
+  stream without one takes the times of another stream's by index (the ``_sync`` streams are
+  synchronised frame by frame: velodyne, then the cameras, then oxts, first present), and when no
+  stream has one, frame ``i`` is at ``i x 0.1 s`` (KITTI's nominal 10 Hz); either way with a
+  warning that says so;
 * calibration files are ``key: values`` lines, matrices row-major. ``calib_velo_to_cam``
   ``R|T`` maps velodyne points into the (unrectified) camera 0 frame; ``calib_imu_to_velo``
   ``R|T`` maps GPS/IMU points into the velodyne frame; ``calib_cam_to_cam`` has
@@ -67,7 +71,7 @@ How it maps to a ``Capture``:
   ``timestamps_start .. timestamps_end`` (sweep timestamp = the start). Each point's time
   comes from its azimuth within that span. Without the start / end files the revolution
   is centred on ``timestamps.txt`` with the median spacing of the scans as its length.
-  The channel table is estimated from the points' elevations (``dgp.estimate_channel_table``:
+  The channel table is estimated from the points' elevations (``sweep_cache.estimate_channel_table``:
   rings when they are sharp, else 64 elevation quantiles). Scans are converted once to
   ``.nrl`` in a cache folder (``$XDG_CACHE_HOME/nurec_usd/imports/<sha256 of the inputs>/``,
   written whole, then renamed into place);
@@ -78,6 +82,10 @@ How it maps to a ``Capture``:
   the converted scans, flagged in ``metadata["poses_estimated"]`` and
   ``metadata["warnings"]``: it drifts with the distance travelled and is not gravity
   aligned.
+
+Every file is read from inside the drive folder (calibration: the folder it is found in),
+symlinks included (``nurec_usd.capture.paths``). Files missing from a ``data/`` folder are gaps,
+always skipped with a warning (``skip_missing`` changes nothing here).
 
 Unsupported: ``*_extract`` drives (unrectified images, text scans), tracklet labels.
 """
@@ -98,8 +106,9 @@ import numpy as np
 from nurec_usd.capture.errors import CaptureError, Problem
 from nurec_usd.capture.images import IMAGE_SUFFIXES, image_size
 from nurec_usd.capture.importers import sweep_cache
-from nurec_usd.capture.importers.dgp import estimate_channel_table
+from nurec_usd.capture.importers.sweep_cache import estimate_channel_table
 from nurec_usd.capture.model import Camera, CameraFrame, Capture, Lidar, RigTrajectory, RollingShutter
+from nurec_usd.capture.paths import ensure_inside
 from nurec_usd.capture.sweep_io import write_nrl
 
 __all__ = [
@@ -123,6 +132,7 @@ OXTS_VALUES = 30
 EARTH_RADIUS_M = 6378137.0  # the devkit's Mercator radius (WGS84 equatorial)
 SWEEP_START_AZIMUTH_DEG = 180.0  # a revolution starts and ends facing backwards
 NOMINAL_SCAN_RATE_HZ = 10.0
+NOMINAL_FRAME_US = 100_000  # frame i of a drive without any timestamps.txt is at i x 0.1 s (10 Hz)
 MAX_SWEEP_SPACING_S = 0.2  # spacing beyond this: scans were dropped; use the nominal rate
 EXTRAPOLATION_WARN_S = 0.15  # extending the rig further than this is reported as a warning
 POSES_ESTIMATED = "lidar ICP (open3d)"
@@ -671,8 +681,11 @@ class _Stream:
     timestamps_us: np.ndarray
 
 
-def load(path: Path) -> Capture:
+def load(path: Path, *, skip_missing: bool = False) -> Capture:
     """Load a KITTI raw ``_sync`` drive (its folder, or a date folder holding one drive).
+
+    ``skip_missing`` is accepted for the common interface: a drive's frames are the files its
+    ``data/`` folders hold, so a missing one is a gap that is always skipped (with a warning).
 
     Raises:
         CaptureError: naming the file and field of every problem found.
@@ -703,6 +716,47 @@ class _DriveLoader:
         self.root = drive.parent  # messages name files relative to the date folder
         self.problems: list[Problem] = []
         self.notes: list[str] = []
+        # streams without timestamps.txt -> the stream whose timestamps they take (None: nominal 10 Hz)
+        self.borrowed: dict[str, str | None] = {}
+
+    def inside(self, folder: Path, path: Path) -> bool:
+        """Whether ``path`` lies inside ``folder`` once symlinks are resolved (else a problem is recorded)."""
+        try:
+            ensure_inside(folder, path, self.rel(path))
+        except ValueError as exc:
+            self.problems.append(Problem(self.rel(path), "", str(exc)))
+            return False
+        return True
+
+    def plan_timestamps(self, folders: list[str]) -> None:
+        """Which streams lack timestamps.txt, and what times they take instead (with a warning)."""
+        # the velodyne first: the cameras are triggered by it, and oxts may be recorded at another rate
+        timed = [f for f in (LIDAR_FOLDER, *CAMERAS, OXTS_FOLDER) if f in folders
+                 and (self.drive / f / "timestamps.txt").exists()]
+        for folder in folders:
+            if folder in timed:
+                continue
+            source = timed[0] if timed else None
+            self.borrowed[folder] = source
+            if source is not None:
+                self.notes.append(f"{folder} has no timestamps.txt: its frames take the times of "
+                                  f"{source}/timestamps.txt by index (the _sync streams are synchronised frame "
+                                  f"by frame)")
+        untimed = [f for f, source in self.borrowed.items() if source is None]
+        if untimed:
+            self.notes.append(f"no timestamps.txt in {', '.join(untimed)}: frames are timed at KITTI's nominal "
+                              f"10 Hz by index (frame i at i x 0.1 s), not by their recorded times")
+
+    def timestamps(self, folder: str, count: int) -> tuple[np.ndarray, Path]:
+        """The stream's timestamps (its own, borrowed, or nominal for ``count`` indices) and the file they are from."""
+        if folder in self.borrowed and self.borrowed[folder] is None:
+            return np.arange(count, dtype=np.int64) * NOMINAL_FRAME_US, self.drive / folder / "timestamps.txt"
+        path = self.drive / self.borrowed.get(folder, folder) / "timestamps.txt"
+        try:
+            ensure_inside(self.drive, path, self.rel(path))
+        except ValueError as exc:
+            raise _FileError(self.rel(path), "", str(exc)) from None
+        return read_timestamps(path, self.rel(path)), path
 
     def rel(self, path: Path) -> str:
         try:
@@ -720,12 +774,19 @@ class _DriveLoader:
                 return folder / name
         return None
 
+    def calib_folder_ok(self, name: str) -> bool:
+        """Whether the calibration file (when found) lies inside the folder it was found in."""
+        path = self.calib_file(name)
+        return path is None or self.inside(path.parent, path)
+
     def calibration(self, name: str, why: str) -> tuple[dict[str, Any], str] | None:
         path = self.calib_file(name)
         if path is None:
             self.problems.append(Problem(self.rel(self.drive.parent / name), "",
                                          f"file does not exist (looked in {self.drive.name} and its parent); "
                                          f"it is needed {why}"))
+            return None
+        if not self.calib_folder_ok(name):
             return None
         rel = self.rel(path)
         try:
@@ -737,23 +798,32 @@ class _DriveLoader:
     def stream(self, folder: str, suffixes: tuple[str, ...]) -> _Stream | None:
         """Data files (by index) of a sensor folder and its timestamps; None (problem recorded) when unusable."""
         base = self.drive / folder
+        if not self.inside(self.drive, base / "data"):
+            return None
         files: dict[int, Path] = {}
+        outside = 0
         for p in sorted((base / "data").iterdir()):
             if p.is_file() and p.suffix.lower() in suffixes and _INDEX_NAME.fullmatch(p.stem):
+                if not self.inside(self.drive, p):
+                    outside += 1
+                    continue
                 files[int(p.stem)] = p
-        try:
-            ts = read_timestamps(base / "timestamps.txt", self.rel(base / "timestamps.txt"))
-        except _FileError as exc:
-            self.problems.append(exc.problem)
+        if outside:
             return None
         if not files:
             self.problems.append(Problem(self.rel(base / "data"), "", f"no {'/'.join(suffixes)} files"))
             return None
+        try:
+            ts, ts_path = self.timestamps(folder, max(files) + 1)
+        except _FileError as exc:
+            self.problems.append(exc.problem)
+            return None
         beyond = [i for i in files if i >= len(ts)]
         if beyond:
-            self.problems.append(Problem(self.rel(base / "timestamps.txt"), "",
-                                         f"has {len(ts)} lines, but data/ holds files up to index {max(beyond)} "
-                                         f"({len(beyond)} files have no timestamp)"))
+            used = f" (taken for {folder}, which has none)" if ts_path.parent.name != folder else ""
+            self.problems.append(Problem(self.rel(ts_path), "",
+                                         f"has {len(ts)} lines, but {folder}/data/ holds files up to index "
+                                         f"{max(beyond)} ({len(beyond)} files have no timestamp){used}"))
             return None
         missing = len(range(min(files), max(files) + 1)) - len(files)
         if missing:
@@ -786,6 +856,7 @@ class _DriveLoader:
         if not has_oxts and not has_lidar:
             raise CaptureError([Problem(self.rel(drive), "", "neither oxts/ (poses) nor velodyne_points/ "
                                         "(to estimate them from) is present")], str(self.root))
+        self.plan_timestamps(cam_folders + [LIDAR_FOLDER] * has_lidar + [OXTS_FOLDER] * has_oxts)
 
         # Calibration: velodyne <-> camera 0 for any camera, imu <-> velodyne for the oxts rig.
         T_velo_imu = None
@@ -865,6 +936,9 @@ class _DriveLoader:
             "cameras": {c: CAMERAS[c] + " (rectified)" for c in cameras},
             "calibration": {n: str(p) for n in CALIB_FILES if (p := self.calib_file(n)) is not None},
         }
+        if self.borrowed:  # streams without their own timestamps.txt: where their times came from
+            kitti["timestamps_from"] = {f: f"{src}/timestamps.txt" if src else "nominal 10 Hz (frame i at i x 0.1 s)"
+                                        for f, src in self.borrowed.items()}
         # Rig trajectory.
         if oxts is not None:
             rig_ts, rig_T, scale = oxts
@@ -927,6 +1001,14 @@ class _DriveLoader:
         base = self.drive / LIDAR_FOLDER
         start = end = None
         present = [(base / f"timestamps_{w}.txt").is_file() for w in ("start", "end")]
+        if LIDAR_FOLDER in self.borrowed and any(present):
+            # the other streams' times (or nominal ones) do not share the revolution files' clock
+            self.notes.append(f"{LIDAR_FOLDER}: timestamps_start.txt / timestamps_end.txt are not used without "
+                              "its timestamps.txt; revolutions are centred on the times it takes instead")
+            present = [False, False]
+        elif any(present) and not all(self.inside(self.drive, base / f"timestamps_{w}.txt") for w in ("start", "end")
+                                      if (base / f"timestamps_{w}.txt").is_file()):
+            return []
         if all(present):
             try:
                 start = read_timestamps(base / "timestamps_start.txt", self.rel(base / "timestamps_start.txt"))

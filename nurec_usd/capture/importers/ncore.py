@@ -80,9 +80,10 @@ import numpy as np
 
 from nurec_usd.capture.errors import CaptureError, Problem
 from nurec_usd.capture.importers import sweep_cache
-from nurec_usd.capture.importers.dgp import estimate_channel_table
 from nurec_usd.capture.importers.problems import FieldError, Problems, relative
+from nurec_usd.capture.importers.sweep_cache import estimate_channel_table
 from nurec_usd.capture.model import Capture
+from nurec_usd.capture.paths import ensure_inside, resolve_inside
 from nurec_usd.capture.sweep_io import write_nrl
 
 __all__ = ["NCoreWarning", "detect", "load", "INSTALL_HINT"]
@@ -164,6 +165,19 @@ class _Inputs:
     meta_json: Path | None = None
 
 
+def _confined(inputs: _Inputs) -> _Inputs:
+    """``inputs``, once every store found by listing its folder is known to lie inside it (symlinks resolved)."""
+    problems = []
+    for store in inputs.stores:
+        try:
+            ensure_inside(inputs.root, store)
+        except ValueError as exc:
+            problems.append(Problem(relative(store, inputs.root), "", str(exc)))
+    if problems:
+        raise CaptureError(problems, str(inputs.root))
+    return inputs
+
+
 def _locate(path: Path) -> _Inputs:
     path = Path(path).absolute()
     if not path.exists():
@@ -172,7 +186,7 @@ def _locate(path: Path) -> _Inputs:
         base = STORE_NAME.match(path.name).group("base")
         siblings = sorted(p for p in path.parent.iterdir()
                           if _is_store(p) and STORE_NAME.match(p.name).group("base") == base)
-        return _Inputs(path.parent, siblings)
+        return _confined(_Inputs(path.parent, siblings))
     if path.is_file():
         return _meta_inputs(path)
     stores = sorted(p for p in path.iterdir() if _is_store(p))
@@ -188,7 +202,7 @@ def _locate(path: Path) -> _Inputs:
         raise CaptureError([Problem(str(path), "", f"holds the stores of {len(bases)} sequences ({', '.join(bases)}); "
                                                    "a capture is one sequence: pass one of its store files or "
                                                    "its sequence meta json")])
-    return _Inputs(path, stores)
+    return _confined(_Inputs(path, stores))
 
 
 def _meta_inputs(meta_json: Path) -> _Inputs:
@@ -212,7 +226,11 @@ def _meta_inputs(meta_json: Path) -> _Inputs:
         if not isinstance(name, str) or not name:
             problems.append(Problem(rel, f"component_stores[{i}].path", "must be a store path"))
             continue
-        p = (root / name).absolute()
+        try:  # a store lies in the meta json's folder, as the native format's files do
+            p = resolve_inside(root, name).absolute()
+        except ValueError as exc:
+            problems.append(Problem(rel, f"component_stores[{i}].path", str(exc)))
+            continue
         if not p.exists():
             problems.append(Problem(rel, f"component_stores[{i}].path", f"store {name} does not exist"))
         stores.append(p)
@@ -236,7 +254,7 @@ def _import_ncore(where: str):
     return ncore_data, ncore_v4
 
 
-def load(path: Path, *, instances: dict[str, str] | None = None) -> Capture:
+def load(path: Path, *, instances: dict[str, str] | None = None, skip_missing: bool = False) -> Capture:
     """Load an NCore v4 sequence: a folder of its stores, one of its store files, or its meta json.
 
     Args:
@@ -244,6 +262,8 @@ def load(path: Path, *, instances: dict[str, str] | None = None) -> Capture:
         instances: which component instance to use where a sequence holds several, by
             component (``poses``, ``intrinsics``, ``masks``, ``cuboids``); by default the one
             named ``default``, or the only one.
+        skip_missing: accepted for the common interface; an NCore sequence holds its images and
+            sweeps inside its stores, so no frame's file can be missing.
 
     Raises:
         CaptureError: naming the store file and component field of every problem found, or

@@ -44,8 +44,17 @@ Like COLMAP, the format has no time and no rig: see ``colmap.camera_only_capture
 identity). ``ply_file_path`` points (in the same world as the poses) go to
 ``capture.metadata["sfm_points"]``.
 
-Paths are resolved relative to the json's folder; unlike the native format, ``..`` and
-absolute paths are accepted, because exporters write them (e.g. ``../images/x.png``).
+Splits (Blender / NeRF-synthetic style, and nerfstudio's own blender data): a folder holding
+``transforms_train.json``, ``transforms_test.json`` and ``transforms_val.json`` (any of them,
+no ``transforms.json``) loads as one capture. Each file keeps its own top-level intrinsics. The
+test frames are the held-out set (``CameraFrame.held_out``), so a build is scored on the
+dataset's own split and never trains on it; the val frames are then left out (with a warning).
+Without a test file, the val frames are the held-out set. A single split file given by its
+path loads alone, with the usual held-out rule.
+
+Paths are resolved relative to the json's folder and must stay inside it, as in the native
+format (``nurec_usd.capture.paths``): absolute paths, ``..`` and symlinks that lead outside the
+folder are refused. Backslashes (written by exporters on Windows) are read as ``/``.
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +81,15 @@ from nurec_usd.capture.importers.colmap import (
     perspective_intrinsics,
 )
 from nurec_usd.capture.loader import rigid_transform_problem
+from nurec_usd.capture.missing import MissingFiles, is_missing
 from nurec_usd.capture.model import Capture
+from nurec_usd.capture.paths import ensure_inside, resolve_inside
 
-__all__ = ["detect", "load", "read_ply_points", "OPENGL_TO_OPENCV"]
+__all__ = ["detect", "load", "read_ply_points", "OPENGL_TO_OPENCV", "NerfstudioWarning", "SPLITS"]
 
 TRANSFORMS_NAME = "transforms.json"
+#: The split files a folder may hold instead of one transforms.json (transforms_<split>.json).
+SPLITS = ("train", "val", "test")
 #: Right-multiplied onto an OpenGL-axes camera-to-world pose gives the OpenCV-axes one (and back).
 OPENGL_TO_OPENCV = np.diag([1.0, -1.0, -1.0, 1.0])
 
@@ -85,19 +99,33 @@ _INTRINSIC_KEYS = ("fl_x", "fl_y", "cx", "cy", "w", "h", "k1", "k2", "k3", "k4",
                    "camera_angle_x", "camera_angle_y", "camera_model")
 
 
-def _transforms_file(path: Path) -> Path | None:
+class NerfstudioWarning(UserWarning):
+    """Something in a nerfstudio / Blender dataset was left out; the capture still loaded."""
+
+
+def _split_files(folder: Path) -> dict[str, Path]:
+    """The split files beside each other in ``folder``: split -> ``transforms_<split>.json``."""
+    return {split: folder / f"transforms_{split}.json" for split in SPLITS
+            if (folder / f"transforms_{split}.json").is_file()}
+
+
+def _transforms_files(path: Path) -> dict[str, Path] | None:
+    """The file(s) to read: ``{"": transforms.json}``, a folder's split files, or the one file given."""
     if path.is_dir():
         candidate = path / TRANSFORMS_NAME
-        return candidate if candidate.is_file() else None
+        if candidate.is_file():
+            return {"": candidate}
+        return _split_files(path) or None
     if path.is_file() and path.suffix.lower() == ".json" and path.name.startswith("transforms"):
-        return path  # transforms.json, or a split such as transforms_train.json
+        return {"": path}  # transforms.json, or one split such as transforms_train.json on its own
     return None
 
 
 def detect(path: Path) -> bool:
-    """Whether ``path`` is a ``transforms*.json`` file or a folder holding ``transforms.json``."""
+    """Whether ``path`` is a ``transforms*.json`` file, or a folder holding ``transforms.json`` or
+    split files (``transforms_train.json``, ``transforms_test.json``, ``transforms_val.json``)."""
     try:
-        return _transforms_file(Path(path)) is not None
+        return _transforms_files(Path(path)) is not None
     except OSError:
         return False
 
@@ -116,9 +144,17 @@ def _is_number(value: Any) -> bool:
 
 
 def _resolve(base: Path, rel: str) -> Path:
+    """The file ``rel`` names inside ``base``; ``ValueError`` (the native format's words) outside it."""
     # Exporters on Windows write backslashes; a literal backslash in a file name is rare.
-    p = Path(rel.replace("\\", "/"))
-    return p if p.is_absolute() else base / p
+    return resolve_inside(base, rel.replace("\\", "/"))
+
+
+def _image_path(base: Path, rel: str) -> Path:
+    """Like ``_resolve``; a path without a suffix that is not there is read as ``.png`` (Blender-style)."""
+    path = _resolve(base, rel)
+    if not path.suffix and not path.exists():
+        path = ensure_inside(base, path.with_name(path.name + ".png"), rel + ".png")
+    return path
 
 
 def _frame_camera(meta: dict, frame: dict, i: int, image_path: Path, shown_image: str,
@@ -216,19 +252,34 @@ def _pose(value: Any, field: str, found: _Problems) -> np.ndarray | None:
     return T
 
 
-def load(path: Path) -> Capture:
-    """Read a nerfstudio ``transforms.json`` (or the folder holding it) into a camera-only ``Capture``.
+def load(path: Path, *, skip_missing: bool = False) -> Capture:
+    """Read a nerfstudio ``transforms.json`` (or the folder holding it, or a folder of split files)
+    into a camera-only ``Capture``.
+
+    Args:
+        path: a ``transforms*.json`` file, or a folder holding ``transforms.json`` or split files.
+        skip_missing: leave out the frames whose image file is missing (one ``MissingFilesWarning``)
+            instead of refusing the dataset.
 
     Raises:
         CaptureError: every problem found (broken JSON, missing fields, camera models we cannot
-            represent, missing images or masks, unreadable point cloud), each naming its file.
+            represent, missing images or masks, paths outside the folder, unreadable point cloud),
+            each naming its file.
     """
     path = Path(path)
-    json_path = _transforms_file(path) if path.exists() else None
-    if json_path is None:
-        raise CaptureError([Problem(str(path), "", f"no {TRANSFORMS_NAME} here")])
-    root = json_path.parent
-    shown = json_path.name
+    files = _transforms_files(path) if path.exists() else None
+    if files is None:
+        raise CaptureError([Problem(str(path), "", f"no {TRANSFORMS_NAME} (nor transforms_train.json, "
+                                                   "transforms_test.json, transforms_val.json) here")])
+    root = next(iter(files.values())).parent
+    missing = MissingFiles(skip_missing)
+    notes: list[str] = []
+    # the split whose frames are held out: test, else val; with a test split the val frames are left out
+    held_split = None if len(files) < 2 else "test" if "test" in files else "val" if "val" in files else None
+    if held_split == "test" and "val" in files:
+        notes.append(f"{files['val'].name}: the val frames are not used (the test frames of "
+                     f"{files['test'].name} are the held-out set, the train frames are trained on)")
+        files = {k: v for k, v in files.items() if k != "val"}
 
     def shown_path(p: Path) -> str:
         try:
@@ -236,6 +287,74 @@ def load(path: Path) -> Capture:
         except ValueError:
             return str(p)
 
+    problems: list[Problem] = []
+    entries: list[tuple[str, tuple, CameraSpec, np.ndarray, Path, Path | None, bool | None]] = []
+    counts: dict[str, int] = {}
+    ply_path: Path | None = None
+    applied: dict[str, Any] = {}
+    for split, json_path in files.items():
+        meta = _read_transforms(json_path, root)
+        found = _Problems(json_path.name)
+        held = None if held_split is None else split == held_split
+        before = len(entries)
+        _read_frames(meta, root, found, missing, shown_path, held, entries)
+        counts[split or "all"] = len(entries) - before
+        ply_rel = meta.get("ply_file_path")
+        if ply_rel is not None and ply_path is None:
+            try:
+                if not isinstance(ply_rel, str):
+                    raise ValueError(f"must be a path, got {ply_rel!r}")
+                ply_path = _resolve(root, ply_rel)
+            except ValueError as exc:
+                found.add("ply_file_path", str(exc))
+        for key in ("applied_transform", "applied_scale"):
+            if key in meta:
+                applied.setdefault(key, meta[key])
+        problems += found.items
+    xyz = rgb = None
+    if ply_path is not None:
+        try:
+            xyz, rgb = read_ply_points(ply_path)
+        except (OSError, ValueError) as exc:
+            problems.append(Problem(shown_path(ply_path), "", f"cannot read the point cloud: {exc}"))
+    if problems:
+        raise CaptureError(problems, str(root), hint=missing.hint())
+    if not entries:
+        raise CaptureError([Problem(", ".join(p.name for p in files.values()), "frames",
+                                    f"none of the listed images is present ({len(missing.dropped)} missing)")],
+                           str(root))
+
+    # One camera per distinct (model, size, intrinsics), numbered in the order the images are
+    # sorted in (the order they get timestamps in), so camera_0 has the first image.
+    specs: dict[str, CameraSpec] = {}
+    camera_of: dict[tuple, str] = {}
+    for rel, key, spec, *_ in sorted(entries, key=lambda e: e[0]):
+        if key not in camera_of:
+            camera_of[key] = f"camera_{len(camera_of)}"
+            specs[camera_of[key]] = spec
+    posed = [PosedImage(rel, camera_of[key], T, image_path, mask_path, held)
+             for rel, key, _, T, image_path, mask_path, held in entries]
+    names = [p.name for p in files.values()]
+    metadata: dict[str, Any] = {"source_format": "nerfstudio", "source_file": names[0] if len(names) == 1 else names}
+    if held_split is not None:
+        metadata["nerfstudio_splits"] = {"frames": counts, "held_out": held_split}
+    for key, value in applied.items():
+        metadata[f"nerfstudio_{key}"] = value  # how ns-process-data turned its source world into this one
+    if missing.message():
+        notes.append(missing.message())
+    if notes:
+        metadata["warnings"] = notes
+    capture = camera_only_capture(root, root.name, specs, posed, xyz, rgb, metadata)
+    for note in notes:
+        if note != missing.message():
+            warnings.warn(note, NerfstudioWarning, stacklevel=2)
+    missing.warn()
+    return capture
+
+
+def _read_transforms(json_path: Path, root: Path) -> dict:
+    """A transforms file's object, or ``CaptureError`` naming it."""
+    shown = json_path.name
     try:
         meta = json.loads(json_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
@@ -244,9 +363,12 @@ def load(path: Path) -> Capture:
         raise CaptureError([Problem(shown, "", f"not valid JSON: {exc}")], str(root)) from None
     if not isinstance(meta, dict) or not isinstance(meta.get("frames"), list) or not meta["frames"]:
         raise CaptureError([Problem(shown, "frames", "expected an object with a non-empty list 'frames'")], str(root))
+    return meta
 
-    found = _Problems(shown)
-    entries: list[tuple[str, tuple, CameraSpec, np.ndarray, Path, Path | None]] = []
+
+def _read_frames(meta: dict, root: Path, found: _Problems, missing: MissingFiles, shown_path,
+                 held: bool | None, entries: list) -> None:
+    """Check the frames of one transforms file and append each usable one to ``entries``."""
     for i, frame in enumerate(meta["frames"]):
         if not isinstance(frame, dict):
             found.add(f"frames[{i}]", "must be an object")
@@ -255,9 +377,15 @@ def load(path: Path) -> Capture:
         if not isinstance(rel, str) or not rel:
             found.add(f"frames[{i}].file_path", "missing (the image, relative to the json's folder)")
             continue
-        image_path = _resolve(root, rel)
-        if not image_path.suffix and not image_path.exists():
-            image_path = image_path.with_name(image_path.name + ".png")  # Blender-style paths omit the suffix
+        try:
+            image_path = _image_path(root, rel)
+        except ValueError as exc:
+            found.add(f"frames[{i}].file_path", str(exc))
+            continue
+        if is_missing(image_path):
+            if not missing.drop(shown_path(image_path)):
+                found.add(f"frames[{i}].file_path", f"image file {shown_path(image_path)} does not exist")
+            continue
         if "transform_matrix" not in frame:
             found.add(f"frames[{i}].transform_matrix", "missing (camera-to-world, 4x4)")
             continue
@@ -270,45 +398,18 @@ def load(path: Path) -> Capture:
             found.add(f"frames[{i}].file_path", message)
         mask_path = None
         if frame.get("mask_path") is not None:
-            if not isinstance(frame["mask_path"], str):
-                found.add(f"frames[{i}].mask_path", f"must be a path, got {frame['mask_path']!r}")
-            else:
+            try:
+                if not isinstance(frame["mask_path"], str):
+                    raise ValueError(f"must be a path, got {frame['mask_path']!r}")
                 mask_path = _resolve(root, frame["mask_path"])
+            except ValueError as exc:
+                found.add(f"frames[{i}].mask_path", str(exc))
+            else:
                 message = image_problem(mask_path, shown_path(mask_path), spec.width, spec.height, what="mask")
                 if message:
                     found.add(f"frames[{i}].mask_path", message)
         key = (spec.model, spec.width, spec.height, tuple(sorted(spec.intrinsics.items())))
-        entries.append((rel, key, spec, T, image_path, mask_path))
-
-    xyz = rgb = None
-    ply_rel = meta.get("ply_file_path")
-    if ply_rel is not None:
-        if not isinstance(ply_rel, str):
-            found.add("ply_file_path", f"must be a path, got {ply_rel!r}")
-        else:
-            ply_path = _resolve(root, ply_rel)
-            try:
-                xyz, rgb = read_ply_points(ply_path)
-            except (OSError, ValueError) as exc:
-                found.add("", f"cannot read the point cloud: {exc}", file=shown_path(ply_path))
-    if found.items:
-        raise CaptureError(found.items, str(root))
-
-    # One camera per distinct (model, size, intrinsics), numbered in the order the images are
-    # sorted in (the order they get timestamps in), so camera_0 has the first image.
-    specs: dict[str, CameraSpec] = {}
-    camera_of: dict[tuple, str] = {}
-    for rel, key, spec, *_ in sorted(entries, key=lambda e: e[0]):
-        if key not in camera_of:
-            camera_of[key] = f"camera_{len(camera_of)}"
-            specs[camera_of[key]] = spec
-    posed = [PosedImage(rel, camera_of[key], T, image_path, mask_path)
-             for rel, key, _, T, image_path, mask_path in entries]
-    metadata: dict[str, Any] = {"source_format": "nerfstudio", "source_file": shown}
-    for key in ("applied_transform", "applied_scale"):
-        if key in meta:
-            metadata[f"nerfstudio_{key}"] = meta[key]  # how ns-process-data turned its source world into this one
-    return camera_only_capture(root, root.name, specs, posed, xyz, rgb, metadata)
+        entries.append((rel, key, spec, T, image_path, mask_path, held))
 
 
 # --------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nurec_usd.capture.errors import CaptureError, Problem
+from nurec_usd.capture.missing import MissingFiles
 
 
 class FieldError(Exception):
@@ -19,9 +20,10 @@ class FieldError(Exception):
 class Problems:
     """The problems found so far while importing from ``root``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, missing: MissingFiles | None = None) -> None:
         self.root = root
         self.items: list[Problem] = []
+        self.missing = missing  # the refusal's hint when files were reported missing
 
     def add(self, file: str, field: str, message: str) -> None:
         self.items.append(Problem(file, field, message))
@@ -29,7 +31,7 @@ class Problems:
     def raise_if_any(self) -> None:
         """``CaptureError`` listing every problem, when there is one."""
         if self.items:
-            raise CaptureError(self.items, str(self.root))
+            raise CaptureError(self.items, str(self.root), hint=self.missing.hint() if self.missing else None)
 
 
 def relative(path: Path, root: Path) -> str:

@@ -1,6 +1,6 @@
 """Lidar sweeps that an importer converts once to ``.nrl``, and the spinning model it describes them with.
 
-The DGP and KITTI importers convert a lidar's sweeps into one cache folder,
+The DGP, KITTI and nuScenes importers convert a lidar's sweeps into one cache folder,
 ``cache_root()/<key>/`` (``key``: a hash of the inputs; ``lookup`` finds a finished one), holding the
 ``.nrl`` files and a ``lidar.json`` (``SPEC_NAME``): the estimated spinning model
 (``elevation_deg``, ``columns``, ``rotation``, ``scan_rate_hz``, ``start_azimuth_deg``,
@@ -10,8 +10,10 @@ in a staged sibling and renamed into place whole (``staged_folder`` and ``publis
 so a folder that is there is complete; ``cached_spec`` still checks every sweep header.
 The NCore importer caches a whole converted capture in ``cache_root()`` the same way.
 
-The channel helpers (``spherical``, ``nearest_channel``, ``ring_columns``, ...) are the
-pieces of the model estimation that the importers share.
+The channel helpers (``spherical``, ``nearest_channel``, ``ring_columns``,
+``estimate_channel_table``, ``ring_channel_table``, ...) are the pieces of the model estimation
+that the importers share; ``convert_compensated_sweeps`` is the whole conversion of formats
+whose points are all relative to the sweep's one pose (DGP, nuScenes).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import math
 import os
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -28,7 +31,7 @@ import numpy as np
 
 from nurec_usd.capture.model import Lidar, LidarSweepFile
 from nurec_usd.capture.staging import StagedDirectory
-from nurec_usd.capture.sweep_io import SweepFormatError, read_nrl_header
+from nurec_usd.capture.sweep_io import SweepFormatError, read_nrl_header, write_nrl
 
 SPEC_NAME = "lidar.json"
 TABLE_SAMPLE_SWEEPS = 16  # sweeps read to estimate a channel table (evenly spaced)
@@ -195,3 +198,184 @@ def range_limits(r_min: float, r_max: float) -> tuple[float, float]:
         r_min, r_max = 0.0, 1.0
     min_range = max(0.0, math.floor(r_min * 10) / 10)
     return min_range, float(max(math.ceil(r_max), min_range + 1.0))
+
+
+# --------------------------------------------------------------------------------------
+# Channel tables of lidars whose format has none (DGP, KITTI, NCore without a model, nuScenes)
+
+RING_BIN_DEG = 0.02  # histogram bin: finer than the closest ring spacings (~0.1 deg)
+RING_HALF_WIDTH_DEG = 0.1  # a point belongs to a ring within this of its elevation
+RING_MIN_COVERAGE = 0.8  # share of points that must sit on rings to call the cloud ring-like
+RING_MIN_RANGE_M = 5.0  # near points smear rings (beam origins are offset from the sensor origin)
+QUANTILE_CHANNELS = 64
+MAX_RING_ID = 4096  # ring ids beyond this are not a channel index
+
+
+def _window(h: np.ndarray, half: int, fn) -> np.ndarray:
+    padded = np.pad(h, half, mode="constant")
+    return fn(np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1), axis=1)
+
+
+def estimate_channel_table(elevation_deg: np.ndarray, range_m: np.ndarray) -> tuple[np.ndarray, str]:
+    """An approximate channel table (elevations, degrees, ascending) for points without one.
+
+    * ``"rings"``: a spinning lidar seen from its own origin puts its points on a few
+      sharp elevations. Peaks of a fine elevation histogram (0.02 deg bins) that stand well
+      above their surroundings are taken as channels when at least 80 % of the points lie
+      within 0.1 deg of one (near points are left out: beam origins sit off the sensor
+      origin, which smears elevations at short range).
+    * ``"elevation-quantiles"``: otherwise (several merged lidars, a non-spinning scanner,
+      points not seen from the sensor origin), 64 channels at evenly spaced quantiles of
+      the elevations, so that channels are dense where the points are.
+
+    Returns (elevation_deg ``[C]``, method).
+    """
+    el = elevation_deg[np.isfinite(elevation_deg)]
+    if len(el) == 0:
+        return np.array([0.0]), "elevation-quantiles"
+    far = el[range_m[np.isfinite(elevation_deg)] >= RING_MIN_RANGE_M]
+    sample = far if len(far) >= 1000 else el
+    lo = float(sample.min())
+    bins = np.floor((sample - lo) / RING_BIN_DEG).astype(np.int64)
+    h = np.bincount(bins).astype(np.float64)
+    background = _window(h, int(round(0.5 / RING_BIN_DEG)), np.median)  # +-0.5 deg
+    local_max = h >= _window(h, 3, np.max)  # +-0.06 deg
+    peaks = np.nonzero(local_max & (h >= 4 * background + 5))[0]
+    if len(peaks):
+        peaks = peaks[np.concatenate([[True], np.diff(peaks) > 3])]  # one per plateau
+    if 2 <= len(peaks) <= 1024:
+        centres = lo + (peaks + 0.5) * RING_BIN_DEG
+        refined = []
+        for c in centres:  # the mean elevation of each ring's points, not the bin centre
+            on = sample[np.abs(sample - c) <= RING_HALF_WIDTH_DEG]
+            refined.append(float(on.mean()) if len(on) else float(c))
+        table = np.unique(np.round(np.array(refined), 6))
+        near = np.abs(sample - table[nearest_channel(sample, table)])
+        if np.mean(near <= RING_HALF_WIDTH_DEG) >= RING_MIN_COVERAGE:
+            return table, "rings"
+    q = (np.arange(QUANTILE_CHANNELS) + 0.5) / QUANTILE_CHANNELS
+    return np.unique(np.round(np.quantile(el, q), 6)), "elevation-quantiles"
+
+
+def ring_channel_table(ring_ids: np.ndarray, elevation_deg: np.ndarray) -> np.ndarray | None:
+    """The channel table of points that carry their sensor's ring (laser) index: ring ``r``'s
+    elevation is the median of its points' (rings without points: between their neighbours).
+    ``[N]``, ``[N]`` -> ``[max ring + 1]``; None when the ids are not usable channel indices."""
+    ids = np.asarray(ring_ids).astype(np.int64)
+    if len(ids) == 0 or ids.min() < 0 or ids.max() >= MAX_RING_ID:
+        return None
+    n = int(ids.max()) + 1
+    med = np.full(n, np.nan)
+    for r in np.unique(ids):
+        med[r] = np.median(elevation_deg[ids == r])
+    seen = np.isfinite(med)
+    if not seen.any():
+        return None
+    return np.interp(np.arange(n), np.nonzero(seen)[0], med[seen])
+
+
+# --------------------------------------------------------------------------------------
+# Converting sweeps whose points are all relative to one pose at the sweep's timestamp
+
+
+@dataclass(frozen=True)
+class CompensatedSweep:
+    """One sweep to convert: its time, its file, how messages name it, and ``tag`` (what else
+    than the file's bytes changes the conversion, for the cache key)."""
+
+    timestamp_us: int
+    path: Path
+    rel: str
+    tag: str
+
+
+def convert_compensated_sweeps(header: str, sweeps: list[CompensatedSweep],
+                               read: Callable[[CompensatedSweep], dict[str, np.ndarray]],
+                               error: Callable[[str, str, str], Exception], *, rotation: str,
+                               default_scan_rate_hz: float, max_spacing_s: float = 0.2) -> dict[str, Any]:
+    """Convert sweeps whose points are motion-compensated to the sweep's timestamp (DGP, nuScenes)
+    to ``.nrl`` in the cache (``lookup``), with an estimated spinning model.
+
+    ``read(sweep)`` returns the sweep's columns by name: ``X Y Z`` (lidar frame, float64),
+    optionally ``INTENSITY`` and ``RING`` (the laser index). The channel table comes from the
+    ring ids when every sampled sweep has them (``"ring-field"``), else from the points
+    (``estimate_channel_table``). Every point gets the sweep's timestamp (time offset 0): its
+    coordinates are relative to that one pose, and firing times from a spinning model would
+    move it by up to a sweep's worth of ego motion. The spin rate is the sweeps' own when
+    they are at most ``max_spacing_s`` apart, else ``default_scan_rate_hz``; ``rotation``,
+    the start azimuth (0) and the columns are nominal.
+
+    Returns the cached description (see the module docstring), with its ``folder``.
+    """
+    key, folder, spec = lookup(header, ((s.tag, s.path, s.rel) for s in sweeps), error)
+    if spec is not None:
+        return spec
+
+    # Pass 1: the channel table and intensity scale from a sample of the sweeps.
+    pick = sample_indices(len(sweeps))
+    els, rngs, rings, intensity_max, counts = [], [], [], 0.0, []
+    first_xyz = None
+    for i in pick:
+        cols = read(sweeps[i])
+        xyz = np.stack([cols["X"], cols["Y"], cols["Z"]], axis=1)
+        _, el, rng = spherical(xyz)
+        step = max(1, len(el) // 200_000)  # bounded memory for the histogram
+        els.append(el[::step])
+        rngs.append(rng[::step])
+        counts.append(len(el))
+        if "RING" in cols:
+            rings.append((cols["RING"][::step], el[::step]))
+        if "INTENSITY" in cols and len(cols["INTENSITY"]):
+            intensity_max = max(intensity_max, float(np.nanmax(cols["INTENSITY"])))
+        if first_xyz is None:
+            first_xyz = xyz
+    el_all, rng_all = np.concatenate(els), np.concatenate(rngs)
+    ring_table = None
+    if rings and len(rings) == len(pick):
+        ring_table = ring_channel_table(np.concatenate([r for r, _ in rings]), np.concatenate([e for _, e in rings]))
+    if ring_table is not None:
+        table, method = ring_table, "ring-field"
+    else:
+        table, method = estimate_channel_table(el_all, rng_all)
+    # the azimuth step between neighbouring points of one ring, unless there are no rings
+    columns = ring_columns(first_xyz, table) if method != "elevation-quantiles" else None
+    if columns is None:
+        columns = columns_from_counts(counts, len(table))
+    times = np.array([s.timestamp_us for s in sweeps], dtype=np.int64)
+    # Consecutive sweeps give the spin rate, unless the log keeps only some sweeps (spacing
+    # over max_spacing_s, slower than any driving lidar spins): then the nominal rate.
+    spacing_s = float(np.median(np.diff(times))) * 1e-6 if len(times) > 1 else math.inf
+    scan_rate = 1.0 / spacing_s if spacing_s <= max_spacing_s else default_scan_rate_hz
+    scale = intensity_scale(intensity_max)
+
+    # Pass 2: every sweep to .nrl, in a staged folder moved into place whole.
+    with staged_folder(folder) as stage:
+        entries, r_min, r_max = [], math.inf, 0.0
+        for s in sweeps:
+            cols = read(s)
+            xyz = np.stack([cols["X"], cols["Y"], cols["Z"]], axis=1)
+            _, el, rng = spherical(xyz)
+            channel = nearest_channel(el, table)
+            if method == "ring-field" and "RING" in cols:  # the sensor's own channel where it is usable
+                ring = cols["RING"].astype(np.int64)
+                ok = (ring >= 0) & (ring < len(table))
+                channel[ok] = ring[ok]
+            intensity = cols.get("INTENSITY", np.zeros(len(xyz))) * scale
+            intensity = np.where(np.isfinite(intensity), intensity, 0.0)
+            name = f"{s.timestamp_us}.nrl"
+            # every point at the sweep time: the points are relative to the sweep's single pose
+            write_nrl(stage.path / name, s.timestamp_us, xyz.astype(np.float32), intensity.astype(np.float32),
+                      np.full(len(xyz), s.timestamp_us, dtype=np.int64), channel)
+            entries.append({"timestamp_us": s.timestamp_us, "file": name})
+            if len(rng):
+                r_min, r_max = min(r_min, float(rng.min())), max(r_max, float(rng.max()))
+        min_range, max_range = range_limits(r_min, r_max)
+        spec = {
+            "elevation_deg": [float(e) for e in table], "columns": columns, "rotation": rotation,
+            "scan_rate_hz": scan_rate, "start_azimuth_deg": 0.0, "min_range_m": min_range,
+            "max_range_m": max_range, "sweeps": entries, "method": method, "intensity_scale": scale,
+            "note": ("channel table estimated from the points (" + method + "); rotation, start azimuth and columns "
+                     "are nominal; every point carries its sweep's timestamp (time offset 0)"),
+            "cache": key,
+        }
+        return publish_spec(stage, spec)

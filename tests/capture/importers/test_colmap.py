@@ -378,3 +378,60 @@ def test_not_a_colmap_folder(tmp_path):
     assert not colmap.detect(tmp_path)
     with pytest.raises(CaptureError, match="no COLMAP model"):
         colmap.load(tmp_path)
+
+
+# --------------------------------------------------------------------------------------
+# Paths stay inside the workspace; trimmed copies (--skip-missing)
+
+
+def _name_image(root: Path, name: str) -> None:
+    """Make the one image of a single-camera (text) workspace carry ``name``."""
+    path = root / "sparse" / "0" / "images.txt"
+    path.write_text(path.read_text().replace(" 7 a.png", f" 7 {name}"))
+
+
+@pytest.mark.parametrize("name, words", [
+    ("../../../outside.png", "leaves the capture directory ('..')"),
+    ("/etc/hostname", "is absolute"),
+    ("link.png", "resolves outside the capture directory"),
+    ("dir/secret.png", "resolves outside the capture directory"),
+])
+def test_image_names_are_confined_to_the_workspace(name, words, tmp_path):
+    root = single_camera_workspace(tmp_path / "ws", "PINHOLE", [80.0, 80.0, 32.0, 24.0])
+    Image.new("RGB", (64, 48)).save(tmp_path / "outside.png")
+    (tmp_path / "secret").mkdir()
+    Image.new("RGB", (64, 48)).save(tmp_path / "secret" / "secret.png")
+    (root / "images" / "link.png").symlink_to(tmp_path / "outside.png")
+    (root / "images" / "dir").symlink_to(tmp_path / "secret")
+    _name_image(root, name)
+    with pytest.raises(CaptureError) as err:
+        colmap.load(root)
+    (problem,) = err.value.problems
+    assert (problem.file, problem.field) == ("sparse/0/images.txt", "line 4") and words in problem.message
+
+
+def test_symlinked_model_file_outside_is_refused(tmp_path):
+    root = single_camera_workspace(tmp_path / "ws", "PINHOLE", [80.0, 80.0, 32.0, 24.0])
+    shutil.move(root / "sparse" / "0" / "cameras.txt", tmp_path / "cameras.txt")
+    (root / "sparse" / "0" / "cameras.txt").symlink_to(tmp_path / "cameras.txt")
+    with pytest.raises(CaptureError, match="sparse/0/cameras.txt: path 'sparse/0/cameras.txt' resolves outside"):
+        colmap.load(root)
+
+
+def test_skip_missing_drops_the_missing_images(native, tmp_path):
+    from nurec_usd.capture.missing import MissingFilesWarning
+
+    root = tmp_path / "scene"
+    truth = write_workspace(native, root, binary=True)
+    gone = sorted(truth["images"])[2:5]
+    for name in gone:
+        (root / "images" / name).unlink()
+    with pytest.raises(CaptureError) as err:
+        colmap.load(root)
+    assert len(err.value.problems) == 3 and str(err.value).splitlines()[-1].startswith("hint: 3 files are missing;")
+    assert "--skip-missing" in str(err.value).splitlines()[-1]
+    with pytest.warns(MissingFilesWarning, match=r"left out 3 frames whose file is missing \(images/"):
+        cap = colmap.load(root, skip_missing=True)
+    frames = [f.image_path for cam in cap.cameras.values() for f in cam.frames]
+    assert len(frames) == len(truth["images"]) - 3 and not any(root / "images" / n in frames for n in gone)
+    assert "left out 3 frames" in cap.metadata["warnings"][0]

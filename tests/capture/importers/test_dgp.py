@@ -22,8 +22,8 @@ from PIL import Image
 import importer_helpers as helpers
 from conftest import shared_data_dir
 from importer_helpers import SAMPLE, assert_sweeps_land_alike, load_private, poses_at, private_cache_env
-from nurec_usd.capture import Capture, CaptureError
-from nurec_usd.capture.importers import detect_format, dgp, load_any
+from nurec_usd.capture import Capture, CaptureError, capture_summary, format_summary
+from nurec_usd.capture.importers import detect_format, dgp, load_any, sweep_cache
 from nurec_usd.sensors import matrix_to_quat
 
 DGP_CAMERAS = ("front", "front_left")  # the pinhole and opencv cameras: DGP has no fisheye / f-theta
@@ -238,13 +238,14 @@ def test_channel_table_finds_the_rings_of_a_spinning_lidar(native):
     lidar = native.lidars["top"]
     p = np.concatenate([lidar.load_sweep(i).points for i in range(4)]).astype(np.float64)
     rho = np.hypot(p[:, 0], p[:, 1])
-    table, method = dgp.estimate_channel_table(np.degrees(np.arctan2(p[:, 2], rho)), np.hypot(rho, p[:, 2]))
+    el_deg = np.degrees(np.arctan2(p[:, 2], rho))
+    table, method = sweep_cache.estimate_channel_table(el_deg, np.hypot(rho, p[:, 2]))
     assert method == "rings"
     np.testing.assert_allclose(table, np.sort(lidar.elevation_deg), atol=0.01)
     rng = np.random.default_rng(0)
     el = rng.normal(2.0, 4.0, 50_000)
-    table, method = dgp.estimate_channel_table(el, rng.uniform(1, 80, len(el)))
-    assert method == "elevation-quantiles" and len(table) == dgp.QUANTILE_CHANNELS
+    table, method = sweep_cache.estimate_channel_table(el, rng.uniform(1, 80, len(el)))
+    assert method == "elevation-quantiles" and len(table) == sweep_cache.QUANTILE_CHANNELS
     counts = np.bincount(np.abs(el[:, None] - table[None, :]).argmin(axis=1), minlength=len(table))
     assert counts.min() > 0.4 * counts.mean()  # channels are dense where the points are
 
@@ -519,3 +520,77 @@ def test_timestamps_parse_exactly():
     assert dgp.parse_timestamp_us("1970-01-01T01:00:00.000000500+01:00", "t") == 1
     with pytest.raises(Exception, match="RFC 3339"):
         dgp.parse_timestamp_us(12, "t")
+
+
+# --------------------------------------------------------------------------------------
+# (d) paths stay inside the scene folder; trimmed copies; the rate inspect reports
+
+
+def _image_datum(scene: dict) -> int:
+    return next(i for i, d in enumerate(scene["data"]) if "image" in d["datum"])
+
+
+@pytest.mark.parametrize("name, words", [
+    ("../../outside.png", "leaves the capture directory ('..')"),
+    ("/etc/hostname", "is absolute"),
+    ("rgb/FRONT/link.png", "resolves outside the capture directory"),
+])
+def test_datum_files_are_confined_to_the_scene_folder(dgp_copy, tmp_path, name, words):
+    outside = tmp_path / "outside.png"
+    shutil.copyfile(next((dgp_copy / "rgb" / "FRONT").iterdir()), outside)
+    (dgp_copy / "rgb" / "FRONT" / "link.png").symlink_to(outside)
+    scene = _scene(dgp_copy)
+    i = _image_datum(scene)
+    scene["data"][i]["datum"]["image"]["filename"] = name
+    (dgp_copy / SCENE_JSON).write_text(json.dumps(scene))
+    with pytest.raises(CaptureError) as err:
+        dgp.load(dgp_copy)
+    (problem,) = err.value.problems
+    assert (problem.file, problem.field) == (SCENE_JSON, f"data[{i}].datum.image.filename")
+    assert words in problem.message
+
+
+def test_symlinked_scene_json_outside_is_refused(dgp_copy, tmp_path):
+    shutil.move(dgp_copy / SCENE_JSON, tmp_path / SCENE_JSON)
+    (dgp_copy / SCENE_JSON).symlink_to(tmp_path / SCENE_JSON)
+    with pytest.raises(CaptureError, match="resolves outside the capture directory"):
+        dgp.load(dgp_copy)
+
+
+def test_skip_missing_drops_images_and_point_clouds(dgp_copy):
+    from nurec_usd.capture.missing import MissingFilesWarning
+
+    images = sorted((dgp_copy / "rgb" / "FRONT").iterdir())
+    clouds = sorted((dgp_copy / "point_cloud" / "TOP").glob("*.npz"))
+    for path in (images[3], images[7], clouds[5]):
+        path.unlink()
+    with pytest.raises(CaptureError) as err:
+        dgp.load(dgp_copy)
+    # (the images are checked before any point cloud is read: the cheap checks come first)
+    assert len(err.value.problems) == 2 and all("does not exist" in p.message for p in err.value.problems)
+    assert "--skip-missing" in str(err.value).splitlines()[-1]
+    with pytest.warns(MissingFilesWarning, match="left out 2 frames and 1 sweep whose file is missing"):
+        cap = dgp.load(dgp_copy, skip_missing=True)
+    assert len(cap.cameras["FRONT"].frames) == len(images) - 2 and len(cap.cameras["FRONT_LEFT"].frames) == len(images)
+    assert len(cap.lidars["TOP"].sweeps) == len(clouds) - 1
+
+
+def test_inspect_reports_the_rate_of_poses_a_second_apart(dgp_copy):
+    """DGP gives every datum a pose: a log whose lidar fires once a second and whose cameras follow
+    211 ms later has two rig poses a second at uneven gaps; the rate is 1 Hz, not the gaps' median."""
+    scene = _scene(dgp_copy)
+    t0 = min(dgp.parse_timestamp_us(d["id"]["timestamp"], "") for d in scene["data"])
+    for d in scene["data"]:
+        t = dgp.parse_timestamp_us(d["id"]["timestamp"], "")
+        d["id"]["timestamp"] = _timestamp(t0 + 10 * (t - t0) + (211_500 if "image" in d["datum"] else 0))
+    (dgp_copy / SCENE_JSON).write_text(json.dumps(scene))
+    cap = dgp.load(dgp_copy)
+    text = format_summary(cap)
+    n = len(cap.rig.timestamps_us)
+    assert f"rig       {n} poses (1.0 Hz, in groups of 2)" in text, text
+    assert "10 frames at 1.0 Hz" in text
+    assert capture_summary(cap)["rig_rate_hz"] == pytest.approx(1.0, rel=1e-3)
+
+
+def test_real_sample_reports_its_real_rate(real):
+    assert "6 poses (1.0 Hz, in groups of 2)" in format_summary(real)

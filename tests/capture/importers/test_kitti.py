@@ -484,13 +484,13 @@ def test_truncated_scan_names_the_file(drive_copy):
     assert p.file == f"{DRIVE}/velodyne_points/data/0000000003.bin" and "truncated" in p.message
 
 
-def test_missing_or_short_timestamps_name_the_file(drive_copy):
-    (drive_copy / "velodyne_points" / "timestamps.txt").unlink()
-    ts = drive_copy / "image_02" / "timestamps.txt"
-    ts.write_text("\n".join(ts.read_text().splitlines()[:7]) + "\n")
+def test_short_timestamps_name_the_file(drive_copy):
+    for cam in ("image_02", "image_03"):
+        ts = drive_copy / cam / "timestamps.txt"
+        ts.write_text("\n".join(ts.read_text().splitlines()[:7]) + "\n")
     problems = {p.file: p for p in _error(drive_copy).problems}  # both, at once
-    assert "does not exist" in problems[f"{DRIVE}/velodyne_points/timestamps.txt"].message
     assert "has 7 lines" in problems[f"{DRIVE}/image_02/timestamps.txt"].message
+    assert "has 7 lines" in problems[f"{DRIVE}/image_03/timestamps.txt"].message
 
 
 def test_bad_timestamp_and_oxts_lines_are_named(drive_copy):
@@ -514,3 +514,65 @@ def test_extract_drives_and_ambiguous_folders_are_refused(drive_copy, tmp_path):
     drive_copy.rename(extract)
     (p,) = _error(extract).problems
     assert "_extract" in p.message
+
+
+# --------------------------------------------------------------------------------------
+# (d) copies as they ship: without timestamps.txt; paths stay inside the drive
+
+
+def test_drive_without_any_timestamps_is_timed_at_the_nominal_10_hz(drive_copy, tmp_path_factory):
+    for folder in ("image_02", "image_03", "velodyne_points", "oxts"):
+        (drive_copy / folder / "timestamps.txt").unlink()
+    with pytest.warns(kitti.KITTIWarning) as record:
+        cap = load_private(drive_copy, tmp_path_factory)
+    notes = [str(w.message) for w in record]
+    assert any("no timestamps.txt in image_02, image_03, velodyne_points, oxts: frames are timed at KITTI's "
+               "nominal 10 Hz by index" in n for n in notes), notes
+    assert any("timestamps_start.txt / timestamps_end.txt are not used" in n for n in notes), notes
+    for cam in cap.cameras.values():
+        np.testing.assert_array_equal(cam.timestamps_us, np.arange(10) * 100_000)
+    np.testing.assert_array_equal(cap.lidars["velodyne"].timestamps_us, np.arange(10) * 100_000 - 50_000)
+    assert set(cap.metadata["kitti"]["timestamps_from"]) == {"image_02", "image_03", "velodyne_points", "oxts"}
+    _check_times_covered(cap)
+
+
+def test_stream_without_timestamps_takes_the_velodyne_times(native, drive_copy, tmp_path_factory):
+    (drive_copy / "image_03" / "timestamps.txt").unlink()
+    with pytest.warns(kitti.KITTIWarning, match="image_03 has no timestamps.txt: its frames take the times of "
+                                                "velodyne_points/timestamps.txt by index"):
+        cap = load_private(drive_copy, tmp_path_factory)
+    velodyne_times = native.lidars["top"].timestamps_us + SWEEP_US // 2  # what its timestamps.txt holds
+    np.testing.assert_array_equal(cap.cameras["image_03"].timestamps_us, velodyne_times)
+    np.testing.assert_array_equal(cap.cameras["image_02"].timestamps_us, native.cameras["front"].timestamps_us)
+    assert cap.metadata["kitti"]["timestamps_from"] == {"image_03": "velodyne_points/timestamps.txt"}
+
+
+def test_symlinks_out_of_the_drive_are_refused(drive_copy, tmp_path):
+    scan = drive_copy / "velodyne_points" / "data" / "0000000004.bin"
+    shutil.move(scan, tmp_path / "scan.bin")
+    scan.symlink_to(tmp_path / "scan.bin")
+    (p,) = _error(drive_copy).problems
+    assert p.file == f"{DRIVE}/velodyne_points/data/0000000004.bin" and "resolves outside the capture" in p.message
+    scan.unlink()
+    shutil.move(tmp_path / "scan.bin", scan)
+
+    calib = drive_copy.parent / "calib_velo_to_cam.txt"
+    shutil.move(calib, tmp_path / "calib.txt")
+    calib.symlink_to(tmp_path / "calib.txt")
+    (p,) = _error(drive_copy).problems
+    assert p.file == "calib_velo_to_cam.txt" and "resolves outside the capture directory" in p.message
+    calib.unlink()
+    shutil.move(tmp_path / "calib.txt", calib)
+
+    images = drive_copy / "image_03" / "data"
+    shutil.move(images, tmp_path / "image_03_data")
+    images.symlink_to(tmp_path / "image_03_data")
+    (p,) = _error(drive_copy).problems
+    assert p.file == f"{DRIVE}/image_03/data" and "resolves outside the capture directory" in p.message
+
+
+def test_skip_missing_is_accepted_and_gaps_are_skipped_anyway(drive_copy, tmp_path_factory):
+    (drive_copy / "image_02" / "data" / "0000000005.png").unlink()
+    with helpers.private_cache_env(tmp_path_factory), pytest.warns(kitti.KITTIWarning, match="1 data files are missing"):
+        cap = kitti.load(drive_copy, skip_missing=True)
+    assert len(cap.cameras["image_02"].frames) == 9

@@ -487,3 +487,32 @@ def test_euler_convention_matches_ncore():
     for _ in range(5):
         bbox = np.concatenate([rng.normal(size=3), [4.0, 2.0, 1.5], rng.uniform(-3, 3, size=3)])
         np.testing.assert_allclose(importer.euler_xyz_to_matrix(bbox[6:9]), bbox_pose(bbox)[:3, :3], atol=1e-12)
+
+
+@pytest.mark.parametrize("name, words", [
+    ("../outside.ncore4-poses.zarr.itar", "leaves the capture directory ('..')"),
+    ("/tmp/x.ncore4-poses.zarr.itar", "is absolute"),
+    ("link.ncore4-poses.zarr.itar", "resolves outside the capture directory"),
+])
+def test_meta_json_stores_are_confined_to_its_folder(sequence_copy, tmp_path, name, words):
+    poses = sequence_copy / f"{BASE}.ncore4-poses.zarr.itar"
+    shutil.move(poses, tmp_path / poses.name)
+    (sequence_copy / "link.ncore4-poses.zarr.itar").symlink_to(tmp_path / poses.name)
+    meta = sequence_copy / "seq.json"
+    meta.write_text(json.dumps({"version": "v4", "component_stores": [
+        {"path": f"{BASE}.ncore4.zarr.itar"}, {"path": name}, {"path": f"{BASE}.ncore4-top.zarr.itar"}]}))
+    with pytest.raises(CaptureError) as err:
+        importer.load(meta)
+    (problem,) = err.value.problems
+    assert (problem.file, problem.field) == ("seq.json", "component_stores[1].path") and words in problem.message
+
+
+def test_symlinked_store_out_of_the_folder_is_refused(sequence_copy, tmp_path):
+    store = sequence_copy / f"{BASE}.ncore4-top.zarr.itar"
+    shutil.move(store, tmp_path / store.name)
+    store.symlink_to(tmp_path / store.name)
+    for path in (sequence_copy, sequence_copy / f"{BASE}.ncore4.zarr.itar"):
+        with pytest.raises(CaptureError) as err:
+            importer.load(path)
+        (problem,) = err.value.problems
+        assert problem.file == store.name and "resolves outside the capture directory" in problem.message

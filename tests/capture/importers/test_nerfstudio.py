@@ -306,3 +306,140 @@ def test_not_a_nerfstudio_folder(tmp_path):
     assert not nerfstudio.detect(tmp_path)
     with pytest.raises(CaptureError, match="no transforms.json"):
         nerfstudio.load(tmp_path)
+
+
+# --------------------------------------------------------------------------------------
+# Paths stay inside the dataset's folder
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("file_path", "../../../../etc/passwd", "leaves the capture directory ('..')"),
+    ("file_path", "/etc/passwd", "is absolute"),
+    ("file_path", "images/link.png", "resolves outside the capture directory"),
+    ("file_path", "images\\..\\..\\outside.png", "leaves the capture directory ('..')"),  # Windows separators
+    ("mask_path", "../outside.png", "leaves the capture directory ('..')"),
+    ("mask_path", "images/link.png", "resolves outside the capture directory"),
+])
+def test_frame_paths_are_confined_to_the_folder(key, value, words, tmp_path):
+    root = one_image(tmp_path / "k" / "scene", {"fl_x": 50.0, "w": 64, "h": 48}, {key: value})
+    Image.new("RGB", (64, 48)).save(tmp_path / "k" / "outside.png")
+    (root / "images" / "link.png").symlink_to(tmp_path / "k" / "outside.png")
+    with pytest.raises(CaptureError) as err:
+        nerfstudio.load(root)
+    (problem,) = err.value.problems
+    assert (problem.file, problem.field) == ("transforms.json", f"frames[0].{key}") and words in problem.message
+
+
+def test_point_cloud_path_is_confined_to_the_folder(native, tmp_path):
+    root = tmp_path / "l"
+    write_dataset(native, root, cameras=("front",), per_frame=False, ply="binary")
+    shutil.move(root / "sparse_pc.ply", tmp_path / "points.ply")
+    meta = json.loads((root / "transforms.json").read_text())
+    meta["ply_file_path"] = "../points.ply"
+    (root / "transforms.json").write_text(json.dumps(meta))
+    with pytest.raises(CaptureError, match=r"transforms.json: ply_file_path: path '../points.ply' leaves the capture"):
+        nerfstudio.load(root)
+
+
+# --------------------------------------------------------------------------------------
+# Trimmed copies: --skip-missing
+
+
+def write_instant_ngp(native: Capture, root: Path, drop: tuple[int, ...] = ()) -> dict:
+    """An instant-ngp ``transforms.json`` of the front camera (colmap2nerf's layout: top-level
+    intrinsics, ``./images/NNNN.jpg`` paths, ``sharpness``), without the images of frames ``drop``."""
+    cam = native.cameras["front"]
+    (root / "images").mkdir(parents=True)
+    frames = []
+    for k, frame in enumerate(cam.frames):
+        name = f"./images/{k + 1:04d}.jpg"
+        if k not in drop:
+            Image.open(frame.image_path).convert("RGB").save(root / name, quality=95)
+        T = camera_to_world(native, cam, frame.timestamp_us)
+        frames.append({"file_path": name, "sharpness": 30.0 + k, "transform_matrix": (T @ GL_FROM_CV).tolist()})
+    i = cam.intrinsics
+    meta = {"camera_angle_x": 2 * math.atan(cam.width / (2 * i["fx"])), "camera_angle_y": 1.0,
+            "fl_x": i["fx"], "fl_y": i["fy"], "k1": 0.0, "k2": 0.0, "p1": 0.0, "p2": 0.0,
+            "cx": i["cx"] + 0.5, "cy": i["cy"] + 0.5, "w": cam.width, "h": cam.height, "aabb_scale": 16,
+            "frames": frames}
+    (root / "transforms.json").write_text(json.dumps(meta, indent=2))
+    return meta
+
+
+def test_skip_missing_drops_frames_without_their_image(native, tmp_path):
+    from nurec_usd.capture.missing import MissingFilesWarning
+
+    root = tmp_path / "ngp"
+    write_instant_ngp(native, root, drop=(1, 5, 6))
+    with pytest.raises(CaptureError) as err:
+        nerfstudio.load(root)
+    assert [p.field for p in err.value.problems] == [f"frames[{k}].file_path" for k in (1, 5, 6)]
+    assert all("does not exist" in p.message for p in err.value.problems)
+    assert "--skip-missing" in str(err.value).splitlines()[-1]
+    with pytest.warns(MissingFilesWarning, match=r"left out 3 frames whose file is missing \(images/0002.jpg, "):
+        cap = nerfstudio.load(root, skip_missing=True)
+    (cam,) = cap.cameras.values()
+    assert [f.image_path.name for f in cam.frames] == [f"{k + 1:04d}.jpg" for k in (0, 2, 3, 4, 7, 8, 9)]
+    for p in (root / "images").iterdir():
+        p.unlink()
+    with pytest.raises(CaptureError, match=r"none of the listed images is present \(10 missing\)"):
+        nerfstudio.load(root, skip_missing=True)
+
+
+# --------------------------------------------------------------------------------------
+# Blender-style splits: one capture, the test frames held out
+
+SPLIT_OF = {0: "train", 1: "train", 2: "test", 3: "train", 4: "val", 5: "train", 6: "test", 7: "train",
+            8: "val", 9: "train"}
+
+
+def write_blender(native: Capture, root: Path, splits: tuple[str, ...] = ("train", "val", "test")) -> None:
+    """The NeRF-synthetic layout: ``transforms_<split>.json`` beside ``<split>/r_<n>.png``, paths
+    without a suffix, ``camera_angle_x`` only, a ``rotation`` per frame."""
+    cam = native.cameras["front"]
+    fov = 2 * math.atan(cam.width / (2 * cam.intrinsics["fx"]))
+    for split in splits:
+        (root / split).mkdir(parents=True)
+        frames = []
+        for k, frame in enumerate(cam.frames):
+            if SPLIT_OF[k] != split:
+                continue
+            n = len(frames)
+            shutil.copyfile(frame.image_path, root / split / f"r_{n}.png")
+            T = camera_to_world(native, cam, frame.timestamp_us)
+            frames.append({"file_path": f"./{split}/r_{n}", "rotation": 0.012566370614359171,
+                           "transform_matrix": (T @ GL_FROM_CV).tolist()})
+        (root / f"transforms_{split}.json").write_text(json.dumps({"camera_angle_x": fov, "frames": frames}))
+
+
+def test_splits_load_as_one_capture_with_the_test_frames_held_out(native, tmp_path):
+    from nurec_usd.train.data import CaptureData
+
+    root = tmp_path / "lego"
+    write_blender(native, root)
+    assert nerfstudio.detect(root)
+    with pytest.warns(nerfstudio.NerfstudioWarning, match="transforms_val.json: the val frames are not used"):
+        cap = nerfstudio.load(root)
+    (cam,) = cap.cameras.values()
+    splits = {f.image_path.parent.name: [] for f in cam.frames}
+    for f in cam.frames:
+        splits[f.image_path.parent.name].append(f.held_out)
+    assert splits == {"test": [True, True], "train": [False] * 6}
+    assert cap.metadata["nerfstudio_splits"] == {"frames": {"train": 6, "test": 2}, "held_out": "test"}
+    # the build's data follows the dataset's split, whatever eval_every says
+    data = CaptureData(cap, "cpu", eval_every=8, downscale=4)
+    assert sorted(cam.frames[f.frame].image_path.name for f in data.eval_frames) == ["r_0.png", "r_1.png"]
+    assert all(cam.frames[f.frame].image_path.parent.name == "test" for f in data.eval_frames)
+    assert len(data.train_frames) == 6
+
+
+def test_without_a_test_split_the_val_frames_are_held_out(native, tmp_path):
+    root = tmp_path / "lego"
+    write_blender(native, root, splits=("train", "val"))
+    cap = nerfstudio.load(root)
+    held = {f.image_path.parent.name: f.held_out for cam in cap.cameras.values() for f in cam.frames}
+    assert held == {"train": False, "val": True}
+    # one split file given by its path loads alone, with the build's own rule
+    single = nerfstudio.load(root / "transforms_train.json")
+    assert all(f.held_out is None for cam in single.cameras.values() for f in cam.frames)
+    assert "nerfstudio_splits" not in single.metadata
