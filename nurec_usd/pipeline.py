@@ -187,7 +187,9 @@ def _views_bar(show: bool):
 def resolve_device(device: str) -> "torch.device":  # noqa: F821
     import torch
 
-    if device == "auto":
+    from nurec_usd.options import check_device
+
+    if check_device(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():

@@ -166,7 +166,9 @@ def test_diverging_run_stops_cleanly_with_the_last_good_checkpoint(handmade_capt
     from nurec_usd.scene.gaussians import Scene
 
     out = tmp_path / "run"
-    result = build(handmade_capture, out, steps=8, log_interval=2, checkpoint_interval=2, lr_means=float("nan"),
+    # a scale learning rate at the top of its range: the first Adam step multiplies every scale by
+    # e^10, and the next renders overflow
+    result = build(handmade_capture, out, steps=8, log_interval=2, checkpoint_interval=2, lr_scales=10.0,
                    progress=False, log=lambda _m: None)
     assert result.status == "diverged"
     # NaN means are culled by the renderer (the loss can stay finite): the parameter check catches them
