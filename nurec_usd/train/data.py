@@ -186,6 +186,7 @@ class CaptureData:
         self.frames: list[FrameRef] = []
         self.lidars: list[LidarData] = []
         self.sweeps: list[SweepRef] = []
+        self.nonfinite_points = self.nonfinite_sweeps = 0  # dropped when the sweeps were read
         for ci, cam in enumerate(capture.cameras.values()):
             self.cameras.append(self._camera(cam, rig))  # before the decoding threads start: they slow the host
             for fi, frame in enumerate(cam.frames):
@@ -254,6 +255,8 @@ class CaptureData:
         template = LidarBatch.from_model(model, torch.eye(4, dtype=torch.float32, device=dev))
         ranges, intens = [], []
         for sweep in prefetched(lidar.load_sweep, range(len(lidar.sweeps))):
+            self.nonfinite_points += sweep.dropped_nonfinite
+            self.nonfinite_sweeps += int(sweep.dropped_nonfinite > 0)
             r, it = range_image(sweep.points, sweep.intensity, sweep.channel, model, lidar.channels, lidar.columns,
                                 dev)
             ranges.append(r)
