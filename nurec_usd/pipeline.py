@@ -268,8 +268,10 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
     import torch
     from tqdm import tqdm
 
+    from nurec_usd import interrupts
     from nurec_usd.capture.importers import load_any
     from nurec_usd.capture.staging import StagedDirectory
+    from nurec_usd.options import check_downscale
     from nurec_usd.render.warp_torch import init_warp
     from nurec_usd.train.config import make_config
 
@@ -282,12 +284,15 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
     warmup = KernelWarmup(dev)  # GPU kernels compile while the capture loads (no-op on the CPU)
     torch.manual_seed(config.train.seed)
     staged = StagedDirectory(out, overwrite=overwrite)
+    signals = interrupts.handled(only_if_default=True)  # SIGTERM stops a build like Ctrl-C
+    signals.__enter__()
     stages: dict[str, float] = {}
     stage = "load"
     num_gaussians = 0
     try:
         t0 = time.monotonic()
         cap = load_any(capture, format=format)
+        check_downscale({c.id: (c.width, c.height) for c in cap.cameras.values()}, config.train.downscale)
         from nurec_usd.train.data import CaptureData
 
         # The inputs are hashed while the images decode (hashlib and the decoders release the GIL).
@@ -296,6 +301,9 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
             data = CaptureData(cap, dev, eval_every=config.train.eval_every, progress=say,
                                downscale=config.train.downscale)
             inputs = hashed.result()
+        if data.nonfinite_points:  # dropped while reading, as validate says
+            say(f"note: dropped {data.nonfinite_points:,} lidar points with non-finite coordinates (NaN or "
+                f"infinity) from {data.nonfinite_sweeps} sweeps")
         if not data.train_frames:
             raise BuildError(f"{capture}: no usable camera frames to train on ({len(data.frames)} frames in all, "
                              f"{len(data.eval_frames)} held out)")
@@ -353,6 +361,8 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
                 with _views_bar(collision and progress) as bar:
                     export_usd(scene, staged.path / "usd", usdz=usdz, collision=collision, device=dev,
                                progress=bar)
+            except OSError:  # the disk (full, read-only): the run cannot be written either
+                raise
             except Exception as err:  # noqa: BLE001 - reported in the manifest and the log
                 usd_note = f"the USD export failed: {type(err).__name__}: {err}"
         else:
@@ -404,4 +414,6 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
     except BaseException:
         staged.abort()
         raise
+    finally:
+        signals.__exit__(None, None, None)
     return BuildResult(out_dir, result.status, result.message, metrics, stages)
