@@ -303,7 +303,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
             inputs = hashed.result()
         if data.nonfinite_points:  # dropped while reading, as validate says
             say(f"note: dropped {data.nonfinite_points:,} lidar points with non-finite coordinates (NaN or "
-                f"infinity) from {data.nonfinite_sweeps} sweeps")
+                f"infinity) from {data.nonfinite_sweeps} sweep{'s' if data.nonfinite_sweeps != 1 else ''}")
         if not data.train_frames:
             raise BuildError(f"{capture}: no usable camera frames to train on ({len(data.frames)} frames in all, "
                              f"{len(data.eval_frames)} held out)")

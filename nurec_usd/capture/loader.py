@@ -9,6 +9,7 @@ every sweep) and returns the problems instead of raising.
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -120,7 +121,8 @@ def deep_check(capture: Capture, *, workers: int = 8, progress: Callable[[Iterab
     if notes is not None and dropped:
         total = sum(count for _, count in dropped)
         many = len(dropped) != 1
-        notes.append(Problem(dropped[0][0], "xyz", f"{total:,} points with non-finite coordinates "
+        notes.append(Problem(dropped[0][0], "xyz", f"{total:,} point{'s' if total != 1 else ''} with non-finite "
+                                                     f"coordinates "
                                                      f"(NaN or infinity) in {len(dropped)} sweep{'s' if many else ''}"
                                                      f"{' (this one first)' if many else ''}; loading drops them"))
     return problems
@@ -275,7 +277,7 @@ def _poses(values: list, field: str, found: _Problems, single: bool = False) -> 
     """[K, 4, 4] float64, each checked to be a finite rigid transform and re-orthonormalised."""
     T = np.asarray(values, dtype=np.float64).reshape(-1, 4, 4).copy()
     # The tests of rigid_transform_problem on all poses at once; the few that fail one get its message.
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # huge or non-finite entries are reported below
         R = T[:, :3, :3]
         ok = np.isfinite(T).all((1, 2)) & np.isclose(T[:, 3], [0.0, 0.0, 0.0, 1.0], atol=1e-9).all(-1)
         ok &= np.abs(R.transpose(0, 2, 1) @ R - np.eye(3)).max((1, 2), initial=0.0) <= ROTATION_TOLERANCE
@@ -299,7 +301,8 @@ def rigid_transform_problem(T: np.ndarray) -> str | None:
     if not np.allclose(T[3], [0.0, 0.0, 0.0, 1.0], atol=1e-9):
         return f"the last row must be [0, 0, 0, 1], got {T[3].tolist()}"
     R = T[:3, :3]
-    err = float(np.abs(R.T @ R - np.eye(3)).max())
+    with np.errstate(over="ignore"):
+        err = float(np.abs(R.T @ R - np.eye(3)).max())
     if err > ROTATION_TOLERANCE:
         return f"rotation is not orthonormal (max |R^T R - I| = {err:.3g})"
     det = float(np.linalg.det(R))
@@ -313,6 +316,16 @@ def _check_intrinsics(c: dict[str, Any], base: str, found: _Problems) -> None:
         found.manifest(f"{base}.intrinsics.{key}", message)
 
 
+def _finite(value: Any) -> bool:
+    """A finite real number (an integer too large for a float is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 def intrinsics_problems(model: str, width: int, height: int, intr: dict[str, Any]) -> list[tuple[str, str]]:
     """(key, message) for each intrinsic of a camera that cannot be right: non-finite values,
     a principal point more than an image size outside the image, focal lengths (pixels per
@@ -320,7 +333,7 @@ def intrinsics_problems(model: str, width: int, height: int, intr: dict[str, Any
     out = []
     for key, value in intr.items():
         values = value if isinstance(value, list) else [value]
-        if not all(isinstance(v, (int, float)) and np.isfinite(v) for v in values):
+        if not all(_finite(v) for v in values):
             out.append((key, "must be finite"))
     if out:
         return out
