@@ -321,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m nurec_usd",
         description="Turn multi-sensor driving captures into simulation-ready OpenUSD scenes of time-varying "
                     "3D Gaussians.",
+        epilog="Exit codes: 0 success; 1 bad input, a diverged build or a file that cannot be written; 2 usage "
+               "error (an option value outside its range is one); 130 Ctrl-C; 143 SIGTERM. Outputs appear "
+               "complete or not at all.",
     )
     parser.add_argument("--version", action="version", version=f"nurec_usd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -378,8 +381,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "them against the training frames and sweeps, evaluate on held-out ones (every 8th timestamp), "
                     "and write OUT: scene.pt, config.json, manifest.json (inputs + hashes, versions, time per "
                     "stage), metrics.json, train_log.jsonl, eval_sheet.png and eval/. OUT appears only when "
-                    "complete. Exit 0 on success, 1 on bad input or a diverged run (its last good checkpoint is "
-                    "kept), 2 on a usage error.")
+                    "complete. Exit 0 on success, 1 on bad input, a file that cannot be written or a diverged "
+                    "run (its last good checkpoint is kept), 2 on a usage error, 130 / 143 when stopped by Ctrl-C / "
+                    "SIGTERM (during training the run is still written, with the state of its last finished "
+                    "step).")
     p.add_argument("capture", type=Path, help="capture directory (native, or a format --format names)")
     p.add_argument("-o", "--out", required=True, type=Path, help="run directory to create")
     p.add_argument("--preset", choices=("fast", "quality"), default="fast",

@@ -11,7 +11,6 @@ import contextlib
 import errno
 import os
 import re
-from pathlib import Path
 from typing import Iterator
 
 # A staging folder's name (see nurec_usd.capture.staging), and a file's temporary name while it
