@@ -342,7 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("capture", type=Path, help="capture directory (or its capture.json)")
     p.add_argument("--quick", action="store_true",
                    help="skip decoding images and reading sweeps (headers and sizes are still checked)")
-    p.add_argument("--workers", type=flag_type("int", 1, 256), default=8, help="threads for decoding (1 to 256; default: 8)")
+    p.add_argument("--workers", type=flag_type("int", 1, 256), default=8,
+                   help="threads for decoding (1 to 256; default: 8)")
     p.add_argument("--format", default=None, help="capture format, instead of detecting it")
     p.set_defaults(func=_cmd_validate)
 
