@@ -1,9 +1,15 @@
 """``python -m nurec_usd``: the command line.
 
-Commands print what a user needs and exit 0 on success, 1 when the input has problems
-(each listed, naming its file and field), 2 on a usage error (an existing output without
-``--overwrite`` included). Long stages show a progress bar on a terminal and plain progress
-lines every few seconds elsewhere (``--no-progress``: neither).
+Commands print what a user needs and exit with:
+
+- 0 on success;
+- 1 when the input has problems (each listed, naming its file and field), a build diverged,
+  or a file could not be written (a full disk, a read-only folder: one line naming the file);
+- 2 on a usage error: an unknown or malformed option, or an option value outside its
+  declared range (the message names the option and the range), checked before any work;
+- 130 when stopped by Ctrl-C (SIGINT), 143 by SIGTERM (128 + the signal's number).
+
+Nothing half-written is left behind: outputs are staged and moved into place when complete.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ import re
 import sys
 from pathlib import Path
 
-from nurec_usd import __version__
+from nurec_usd import __version__, interrupts
+from nurec_usd.options import OptionError, check_downscale, device_type, field_type, flag_type
 
 
 def exists_message(command: str, err: FileExistsError) -> str:
@@ -76,24 +83,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     from nurec_usd.capture import CaptureError, validate_capture
     from nurec_usd.capture.importers import detect_format, load_any
+    from nurec_usd.capture.loader import deep_check
     from nurec_usd.progress import progress_bar
-
-    try:
-        fmt = args.format or detect_format(args.capture)
-    except CaptureError as err:
-        print(err, file=sys.stderr)
-        return 1
-    if fmt != "native":  # an importer checks every file and field it reads while loading
-        try:
-            load_any(args.capture, format=fmt, **_load_options(args))
-        except CaptureError as err:
-            print(err, file=sys.stderr)
-            return 1
-        except ValueError as err:
-            print(f"validate: {err}", file=sys.stderr)
-            return 2
-        print(f"{args.capture}: valid {fmt} capture (loaded through the {fmt} importer)")
-        return 0
 
     def progress(it, total):
         with progress_bar(total, "decoding images and sweeps", "file", enabled=not args.no_progress,
@@ -102,12 +93,32 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                 yield item
                 bar.update()
 
-    if args.scene is not None:
-        print(f"validate: --scene applies to nuscenes captures only ({args.capture} is a native capture)",
-              file=sys.stderr)
-        return 2
-    problems = validate_capture(args.capture, deep=not args.quick, workers=args.workers, progress=progress,
-                                skip_missing=args.skip_missing)
+    try:
+        fmt = args.format or detect_format(args.capture)
+    except CaptureError as err:
+        print(err, file=sys.stderr)
+        return 1
+    notes: list = []
+    if fmt != "native":  # an importer checks every file and field it reads while loading
+        try:
+            capture = load_any(args.capture, format=fmt, **_load_options(args))
+        except CaptureError as err:
+            print(err, file=sys.stderr)
+            return 1
+        except ValueError as err:
+            print(f"validate: {err}", file=sys.stderr)
+            return 2
+        # then, as for a native capture, every image decoded and every sweep read (what build does)
+        problems = [] if args.quick else deep_check(capture, workers=args.workers, progress=progress, notes=notes)
+    else:
+        if args.scene is not None:
+            print(f"validate: --scene applies to nuscenes captures only ({args.capture} is a native capture)",
+                  file=sys.stderr)
+            return 2
+        problems = validate_capture(args.capture, deep=not args.quick, workers=args.workers, progress=progress,
+                                    skip_missing=args.skip_missing, notes=notes)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if problems:
         count = len(problems)
         print(f"{args.capture}: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
@@ -117,6 +128,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             print(problems.hint, file=sys.stderr)
         return 1
     depth = "manifest, files and headers" if args.quick else "manifest, files, every image and every sweep"
+    if fmt != "native":
+        depth = "" if args.quick else "; every image and every sweep checked"
+        print(f"{args.capture}: valid {fmt} capture (loaded through the {fmt} importer{depth})")
+        return 0
     print(f"{args.capture}: valid ({depth} checked)")
     return 0
 
@@ -183,15 +198,29 @@ def parse_option(text: str) -> tuple[str, object]:
         return key, value
 
 
-def _build_option_values(args: argparse.Namespace, command: str) -> dict[str, object] | None:
-    """The training and init options given by the build options (``_build_options``) and ``--set``;
-    None, after printing why, when one is unknown or given twice."""
-    from nurec_usd.train.config import option_names, unknown_option
+# build flags that set a training or init option: the option each sets (its range is the option's)
+_BUILD_FLAGS = {"steps": "--steps", "max_gaussians": "--max-gaussians", "seed": "--seed", "voxel_m": "--voxel",
+                "downscale": "--downscale", "eval_every": "--eval-every", "budget_s": "--budget-s"}
+
+
+def _option_flag(err: OptionError, given: set[str]) -> str:
+    """An option error as the command line gave the option (its flag, or ``--set KEY=VALUE``)."""
+    if err.option in given:
+        return f"--set {err.option}={err.value!r}: {err.detail}"
+    return err.for_flag(_BUILD_FLAGS.get(err.option, f"--{err.option.replace('_', '-')}"))
+
+
+def _build_option_values(args: argparse.Namespace, command: str) -> tuple[dict[str, object], set[str]] | None:
+    """The training and init options given by the build options (``_build_options``) and ``--set``,
+    and the keys ``--set`` gave, each checked against its declared range; None, after printing
+    why, when one is unknown, given twice or out of its range."""
+    from nurec_usd.train.config import make_config, option_names, unknown_option
 
     options = {"steps": args.steps, "max_gaussians": args.max_gaussians, "seed": args.seed,
                "voxel_m": args.voxel, "refine_tracks": args.refine_tracks or None, "downscale": args.downscale,
                "eval_every": args.eval_every}
     known = option_names()
+    given = set()
     for key, value in args.set:
         if key not in known:
             print(f"{command}: --set {key}: {unknown_option(key)} (options: {', '.join(known)})", file=sys.stderr)
@@ -200,16 +229,23 @@ def _build_option_values(args: argparse.Namespace, command: str) -> dict[str, ob
             print(f"{command}: --set {key} repeats an option its own flag gave", file=sys.stderr)
             return None
         options[key] = value
-    return options
+        given.add(key)
+    try:  # every value against its declared range, before any work
+        make_config(args.preset, device=args.device, budget_s=args.budget_s, **options)
+    except OptionError as err:
+        print(f"{command}: {_option_flag(err, given)}", file=sys.stderr)
+        return None
+    return options, given
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from nurec_usd.pipeline import BuildError, build
     from nurec_usd.capture import CaptureError
+    from nurec_usd.pipeline import BuildError, build
 
-    options = _build_option_values(args, "build")
-    if options is None:
+    checked = _build_option_values(args, "build")
+    if checked is None:
         return 2
+    options, given = checked
     try:
         result = build(args.capture, args.out, preset=args.preset, budget_s=args.budget_s, device=args.device,
                        format=args.format, overwrite=args.overwrite, progress=not args.no_progress,
@@ -220,6 +256,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
         return 1
     except FileExistsError as err:
         print(exists_message("build", err), file=sys.stderr)
+        return 2
+    except OptionError as err:  # a value that does not fit this capture (--downscale for its cameras)
+        print(f"build: {_option_flag(err, given)}", file=sys.stderr)
         return 2
     except (BuildError, ValueError) as err:
         print(f"build: {err}", file=sys.stderr)
@@ -242,6 +281,12 @@ def _cmd_build(args: argparse.Namespace) -> int:
                  if m.get(key) is not None]
     replayed = f" (replay vs model on a held-out {', '.join(agreement)})" if agreement else ""
     print(f"usd          {str(usd) + replayed if usd.is_file() else 'not written (see manifest.json: usd_export)'}")
+    if result.status == "interrupted":  # the run is written; the exit code still says it was stopped
+        sig = interrupts.received()
+        name = "SIGTERM" if sig == interrupts.signal.SIGTERM else "Ctrl-C (SIGINT)"
+        print(f"build: training was stopped by {name}; {result.out_dir} holds the state of its last finished "
+              f"step ({m.get('steps')} steps)", file=sys.stderr)
+        return 128 + int(sig or interrupts.signal.SIGINT)
     return 0 if result.status != "diverged" else 1
 
 
@@ -309,9 +354,10 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     if not captures:
         print("batch: no captures given (CAPTURE: a capture, a folder of captures or a list file)", file=sys.stderr)
         return 2
-    options = _build_option_values(args, "batch")
-    if options is None:
+    checked = _build_option_values(args, "batch")
+    if checked is None:
         return 2
+    options, _ = checked
     try:
         result = batch(captures, args.out, workers=args.workers, ray=None if ray is None else (ray or True),
                        force=args.force, retries=args.retries, preset=args.preset, budget_s=args.budget_s,
@@ -358,7 +404,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_render(args: argparse.Namespace) -> int:
     from nurec_usd.capture.staging import OutputExistsError
     from nurec_usd.pipeline import BuildError, resolve_device
-    from nurec_usd.replay import Replay, ReplayError
+    from nurec_usd.replay import Replay, ReplayError, StageCamera
     from nurec_usd.replay_files import render_one, render_sequence, sequence_times
 
     sequence = args.start is not None or args.end is not None
@@ -368,9 +414,14 @@ def _cmd_render(args: argparse.Namespace) -> int:
     if sequence and (args.start is None or args.end is None):
         print("render: a sequence needs both --start and --end", file=sys.stderr)
         return 2
+    if sequence and args.end < args.start:
+        print(f"render: --end {args.end:g} is before --start {args.start:g}", file=sys.stderr)
+        return 2
     try:
         replay = Replay(args.scene, device=resolve_device(args.device))
         sensor = replay.sensor(args.sensor)
+        if isinstance(sensor, StageCamera):  # the factor must leave the camera an image
+            check_downscale({sensor.id: (sensor.width, sensor.height)}, args.downscale)
         if sequence:
             times = sequence_times(args.start, args.end, args.fps)
             with _bar(len(times), f"render {sensor.id}", args.no_progress) as bar:
@@ -385,6 +436,9 @@ def _cmd_render(args: argparse.Namespace) -> int:
             print(f"{sensor.id} at {t:.6f} s")
     except FileExistsError as err:
         print(exists_message("render", err), file=sys.stderr)
+        return 2
+    except OptionError as err:
+        print(f"render: {err.for_flag('--' + err.option)}", file=sys.stderr)
         return 2
     except (ReplayError, BuildError, ValueError) as err:
         print(f"render: {err}", file=sys.stderr)
@@ -444,21 +498,30 @@ def _export_options(p: argparse.ArgumentParser) -> None:
 
 
 def _build_options(p: argparse.ArgumentParser, batch: bool = False) -> None:
-    """The options of a build, shared by build and batch."""
+    """The options of a build, shared by build and batch (each numeric flag has its option's range)."""
+    from nurec_usd.scene.init import InitConfig
+    from nurec_usd.train.config import BuildConfig, TrainConfig
+
     p.add_argument("--preset", choices=("fast", "quality"), default="fast",
                    help="the preset: its steps and SH degree (see build --help)")
-    p.add_argument("--budget-s", type=float, default=None, metavar="N",
-                   help="end training gracefully after N seconds of wall time (evaluation and export still run)")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default: the preset's)")
-    p.add_argument("--max-gaussians", type=int, default=None, help="cap on the Gaussian count (default: the preset's)")
-    p.add_argument("--voxel", type=float, default=None, metavar="M", help="initial voxel size in metres")
-    p.add_argument("--downscale", type=int, default=None, metavar="K",
-                   help="train and evaluate on images shrunk K times (default: 1, full resolution)")
+    p.add_argument("--budget-s", type=field_type(BuildConfig, "budget_s"), default=None, metavar="N",
+                   help="end training gracefully after N seconds of wall time, N > 0 (evaluation and export "
+                        "still run)")
+    p.add_argument("--steps", type=field_type(TrainConfig, "steps"), default=None,
+                   help="training steps, at least 1 (default: the preset's)")
+    p.add_argument("--max-gaussians", type=field_type(TrainConfig, "max_gaussians"), default=None,
+                   help="cap on the Gaussian count, at least 1 (default: the preset's)")
+    p.add_argument("--voxel", type=field_type(InitConfig, "voxel_m"), default=None, metavar="M",
+                   help="initial voxel size in metres, 0.001 to 100 (default: the preset's)")
+    p.add_argument("--downscale", type=field_type(TrainConfig, "downscale"), default=None, metavar="K",
+                   help="train and evaluate on images shrunk K times, 1 to 64, leaving every camera at least "
+                        "16 pixels on a side (default: 1, full resolution)")
     p.add_argument("--refine-tracks", action="store_true", help="also optimise the actors' track poses")
-    p.add_argument("--eval-every", type=int, default=None, metavar="N",
-                   help="hold out the frames and sweeps whose index is N/2 mod N (default: 8; 0: none)")
-    p.add_argument("--seed", type=int, default=None, help="random seed (default: 0)")
-    p.add_argument("--device", default="auto",
+    p.add_argument("--eval-every", type=field_type(TrainConfig, "eval_every"), default=None, metavar="N",
+                   help="hold out the frames and sweeps whose index is N/2 mod N, N >= 2 (default: 8; 0: none)")
+    p.add_argument("--seed", type=field_type(TrainConfig, "seed"), default=None,
+                   help="random seed, 0 to 2^32-1 (default: 0)")
+    p.add_argument("--device", default="auto", type=device_type,
                    help="auto (default: the GPUs when torch sees one, else the CPU), cuda, cpu; each worker gets "
                         "a GPU of its own" if batch else "auto (default: a CUDA GPU when torch sees one), cpu, cuda:N")
     p.add_argument("--format", default=None, help="capture format, instead of detecting it")
@@ -469,11 +532,18 @@ def _build_options(p: argparse.ArgumentParser, batch: bool = False) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``python -m nurec_usd``."""
+    """The argument parser of ``python -m nurec_usd``. Every numeric flag's type checks the
+    value against a declared range while parsing (a usage error, exit 2, naming the flag)."""
+    from nurec_usd.scene.init import InitConfig
+    from nurec_usd.train.config import BuildConfig, TrainConfig
+
     parser = argparse.ArgumentParser(
         prog="python -m nurec_usd",
         description="Turn multi-sensor driving captures into simulation-ready OpenUSD scenes of time-varying "
                     "3D Gaussians.",
+        epilog="Exit codes: 0 success; 1 bad input, a diverged build or a file that cannot be written; 2 usage "
+               "error (an option value outside its range is one); 130 Ctrl-C; 143 SIGTERM. Outputs appear "
+               "complete or not at all.",
     )
     parser.add_argument("--version", action="version", version=f"nurec_usd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -502,7 +572,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="capture directory (or its capture.json), or a USD stage / export folder")
     p.add_argument("--quick", action="store_true",
                    help="skip decoding images and reading sweeps (headers and sizes are still checked)")
-    p.add_argument("--workers", type=int, default=8, help="threads for decoding (default: 8)")
+    p.add_argument("--workers", type=flag_type("int", 1, 256), default=8,
+                   help="threads for decoding (1 to 256; default: 8)")
     p.add_argument("--format", default=None, help="capture format, instead of detecting it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     _load_arguments(p)
@@ -523,11 +594,12 @@ def build_parser() -> argparse.ArgumentParser:
                     f"Presets: {presets}.")
     p.add_argument("--preset", required=True, choices=list(PRESETS), help="what to generate (see above)")
     p.add_argument("--out", required=True, type=Path, help="capture directory to create")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--seed", type=flag_type("int", 0, 2**32 - 1), default=0,
+                   help="random seed, 0 to 2^32-1 (default: 0)")
     p.add_argument("--gt-out", type=Path, default=None,
                    help="ground-truth folder (default: OUT_groundtruth beside the capture)")
     p.add_argument("--no-groundtruth", action="store_true", help="write the capture only")
-    p.add_argument("--device", default=None,
+    p.add_argument("--device", default=None, type=device_type,
                    help="Warp device, e.g. cpu or cuda:0 (default: cuda:0 when available, else cpu)")
     p.add_argument("--spp", type=int, choices=(1, 5), default=None,
                    help="samples per pixel: 1 = pixel centre, 5 = centre + rotated grid (default: the preset's)")
@@ -545,14 +617,17 @@ def build_parser() -> argparse.ArgumentParser:
                     "the middle one of 3 or 4, or the dataset's own test split), "
                     "and write OUT: scene.pt, config.json, manifest.json (inputs + hashes, versions, time per "
                     "stage), metrics.json, train_log.jsonl, eval_sheet.png and eval/. OUT appears only when "
-                    "complete. Exit 0 on success, 1 on bad input or a diverged run (its last good checkpoint is "
-                    "kept), 2 on a usage error.")
+                    "complete. Exit 0 on success, 1 on bad input, a file that cannot be written or a diverged "
+                    "run (its last good checkpoint is kept), 2 on a usage error, 130 / 143 when stopped by Ctrl-C / "
+                    "SIGTERM (during training the run is still written, with the state of its last finished "
+                    "step).")
     p.add_argument("capture", type=Path, help="capture directory (native, or a format --format names)")
     p.add_argument("-o", "--out", required=True, type=Path, help="run directory to create")
-    _load_arguments(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (on a terminal) or progress lines (elsewhere)")
     _build_options(p)
+    _load_arguments(p)
     p.add_argument("--profile", action="store_true",
                    help="time every stage and the parts of a window of training steps (host and GPU time, the "
                         "GPU's idle time, the largest kernels): printed at the end and written to "
@@ -571,9 +646,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", type=Path, default=None,
                    help="where generated captures are kept (default: $XDG_CACHE_HOME/nurec_usd/bench)")
     p.add_argument("--build-preset", choices=("fast", "quality"), default="fast", help="build preset (default: fast)")
-    p.add_argument("--budget-s", type=float, action="append", default=None, metavar="N",
+    p.add_argument("--budget-s", type=field_type(BuildConfig, "budget_s"), action="append", default=None, metavar="N",
                    help="training budget in seconds (repeatable: one build per budget)")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default: the preset's)")
+    p.add_argument("--steps", type=field_type(TrainConfig, "steps"), default=None,
+                   help="training steps (default: the preset's)")
     p.add_argument("--profile", action="store_true", help="build with --profile and print its tables")
     p.add_argument("--set", action="append", default=[], type=parse_option, metavar="KEY=VALUE",
                    help="a training or init option for every build (repeatable)")
@@ -597,7 +673,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a capture (any format build reads), a folder of captures, or a .txt file listing "
                         "captures one a line")
     p.add_argument("-o", "--out", required=True, type=Path, help="output folder: one run directory per capture")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
+    p.add_argument("--workers", type=flag_type("int", low=1, high=1024), default=None, metavar="N",
                    help="runs at once (default: one per visible GPU, else 1; more workers than GPUs share them; "
                         "with --ray: as many as the cluster's resources allow)")
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
@@ -606,7 +682,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "the captures must be on a file system every node sees. Needs the ray extra: pip install "
                         "\"nurec_usd[ray]\"")
     p.add_argument("--force", action="store_true", help="rebuild runs that are up to date")
-    p.add_argument("--retries", type=int, default=2, metavar="N",
+    p.add_argument("--retries", type=flag_type("int", low=0, high=100), default=2, metavar="N",
                    help="how many more times a run whose worker process died is tried (default: 2)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _build_options(p, batch=True)
@@ -628,8 +704,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the PLYs with SH degree 3 (45 f_rest, zero past the scene's degree), as the INRIA "
                         "loader and many viewers expect; implies --ply")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
-    p.add_argument("--device", default="auto", help="where the collision mesh's depth renders run "
-                   "(auto: a CUDA GPU when torch sees one)")
+    p.add_argument("--device", default="auto", type=device_type, help="where the collision mesh's depth "
+                   "renders run: auto (a CUDA GPU when torch sees one), cpu, cuda or cuda:N")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     _export_options(p)
     p.set_defaults(func=_cmd_export)
@@ -645,16 +721,20 @@ def build_parser() -> argparse.ArgumentParser:
                     "export, 2 on a usage error.")
     p.add_argument("scene", type=Path, help="root.usda / .usdz, an export folder, or a run folder (RUN/usd)")
     p.add_argument("--sensor", required=True, help="camera or lidar id (or its prim name under /World/Rig)")
-    p.add_argument("--time", type=float, default=None, metavar="T", help="render at T seconds")
-    p.add_argument("--frame", type=int, default=None, metavar="N",
-                   help="render at the time of the sensor's N-th recorded frame or sweep")
-    p.add_argument("--start", type=float, default=None, metavar="S", help="sequence start, seconds")
-    p.add_argument("--end", type=float, default=None, metavar="E", help="sequence end, seconds (inclusive)")
-    p.add_argument("--fps", type=float, default=10.0, help="sequence rate (default: 10)")
+    p.add_argument("--time", type=flag_type("float"), default=None, metavar="T", help="render at T seconds")
+    p.add_argument("--frame", type=flag_type("int", 0), default=None, metavar="N",
+                   help="render at the time of the sensor's N-th recorded frame or sweep (from 0)")
+    p.add_argument("--start", type=flag_type("float"), default=None, metavar="S", help="sequence start, seconds")
+    p.add_argument("--end", type=flag_type("float"), default=None, metavar="E",
+                   help="sequence end, seconds (inclusive; not before --start)")
+    p.add_argument("--fps", type=flag_type("float", 0, 1000, low_open=True), default=10.0,
+                   help="sequence rate, > 0 and up to 1000 (default: 10)")
     p.add_argument("-o", "--out", required=True, type=Path,
                    help="camera: FILE.png; lidar: FILE.ply; sequence: a folder, or FILE.mp4 / FILE.avi")
-    p.add_argument("--downscale", type=int, default=1, metavar="K", help="camera images K times smaller")
-    p.add_argument("--device", default="auto", help="auto (default: a CUDA GPU when torch sees one), cpu, cuda:N")
+    p.add_argument("--downscale", type=flag_type("int", 1, 64), default=1, metavar="K",
+                   help="camera images K times smaller, 1 to 64, leaving at least 16 pixels on a side")
+    p.add_argument("--device", default="auto", type=device_type,
+                   help="auto (default: a CUDA GPU when torch sees one), cpu, cuda or cuda:N")
     p.add_argument("--overwrite", action="store_true", help="replace existing output")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     p.set_defaults(func=_cmd_render)
@@ -662,6 +742,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
+    """Run the command line; returns the exit code (see the module docstring).
+
+    Ctrl-C and SIGTERM stop any command the same way: one line saying so, nothing half-written
+    left behind (a build interrupted during training still writes its run), exit code 130 / 143.
+    A file that cannot be written (a full disk, a read-only folder) ends it with one line naming
+    the file, exit code 1.
+    """
+    from nurec_usd.io_errors import describe_os_error
+
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    with interrupts.handled():
+        try:
+            return int(args.func(args))
+        except KeyboardInterrupt as err:
+            out = getattr(args, "out", None)
+            left = f"; nothing was written to {out}" if out is not None else ""
+            print(f"{args.command}: stopped by {interrupts.describe(err)}{left}", file=sys.stderr)
+            return interrupts.exit_code(err)
+        except OSError as err:
+            print(f"{args.command}: {describe_os_error(err, getattr(args, 'out', None))}", file=sys.stderr)
+            return 1

@@ -193,7 +193,9 @@ def _views_bar(show: bool):
 def resolve_device(device: str) -> "torch.device":  # noqa: F821
     import torch
 
-    if device == "auto":
+    from nurec_usd.options import check_device
+
+    if check_device(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -286,10 +288,12 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
     import torch
     from tqdm import tqdm
 
+    from nurec_usd import interrupts
     from nurec_usd.capture.importers import load_any
     from nurec_usd.capture.staging import StagedDirectory
     from nurec_usd.profiling import StageClock, StepProfiler, format_profile
     from nurec_usd.progress import progress_bar
+    from nurec_usd.options import check_downscale
     from nurec_usd.render.warp_torch import init_warp
     from nurec_usd.train.config import make_config
 
@@ -304,6 +308,8 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
     warmup = KernelWarmup(dev)  # GPU kernels compile while the capture loads (no-op on the CPU)
     torch.manual_seed(config.train.seed)
     staged = StagedDirectory(out, overwrite=overwrite)
+    signals = interrupts.handled(only_if_default=True)  # SIGTERM stops a build like Ctrl-C
+    signals.__enter__()
     stage = "load"
     num_gaussians = 0
     export: _UsdExport | None = None
@@ -311,6 +317,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         with clock("load"):
             with clock("read capture"):
                 cap = load_any(capture, format=format, **(load_options or {}))
+            check_downscale({c.id: (c.width, c.height) for c in cap.cameras.values()}, config.train.downscale)
             from nurec_usd.train.data import CaptureData
 
             # The inputs are hashed while the images decode (hashlib and the decoders release the GIL).
@@ -321,6 +328,9 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
                                        downscale=config.train.downscale, clock=clock)
                 with clock("hash (after decoding)"):
                     inputs = hashed.result()
+        if data.nonfinite_points:  # dropped while reading, as validate says
+            say(f"note: dropped {data.nonfinite_points:,} lidar points with non-finite coordinates (NaN or "
+                f"infinity) from {data.nonfinite_sweeps} sweep{'s' if data.nonfinite_sweeps != 1 else ''}")
         if not data.train_frames:
             raise BuildError(f"{capture}: no usable camera frames to train on ({len(data.frames)} frames in all, "
                              f"{len(data.eval_frames)} held out)")
@@ -382,6 +392,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
             if collision:
                 with clock("usd layers"):
                     export.run()
+                export.join()
             else:
                 export.start()
 
@@ -443,6 +454,8 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
     except BaseException:
         _abort(staged, export)
         raise
+    finally:
+        signals.__exit__(None, None, None)
     if profile:
         say(format_profile(clock.to_list(), step_report))
     return BuildResult(out_dir, result.status, result.message, metrics, clock.top_level())
@@ -463,7 +476,8 @@ class _UsdExport:
     """The build's USD export (``export_usd``), run here or in a thread beside the evaluation.
 
     A failure does not fail the build (``scene.pt`` is written): ``note`` says what happened,
-    None once the layers are written.
+    None once the layers are written. A failure to write (the disk full or read-only) does:
+    the run cannot be written either, and ``join`` raises it.
     """
 
     def __init__(self, scene: Scene, out: Path, *, usdz: bool, collision: bool, device: Any, progress: bool):
@@ -472,7 +486,7 @@ class _UsdExport:
         self.note: str | None = "usd-core is not installed here: the USD layers were not written"
         self.seconds = 0.0
         self._thread: threading.Thread | None = None
-        self._interrupt: BaseException | None = None
+        self._raise: BaseException | None = None  # what join() re-raises
 
     def run(self) -> None:
         if not _have_usd():
@@ -485,10 +499,12 @@ class _UsdExport:
                 export_usd(self.scene, self.out, usdz=self.usdz, collision=self.collision, device=self.device,
                            progress=bar)
             self.note = None
+        except OSError as err:  # the disk: re-raised by join()
+            self._raise = err
         except Exception as err:  # noqa: BLE001 - reported in the manifest and the log
             self.note = f"the USD export failed: {type(err).__name__}: {err}"
         except BaseException as err:  # Ctrl-C in the thread: re-raised by join()
-            self._interrupt = err
+            self._raise = err
         finally:
             self.seconds = time.perf_counter() - t0
 
@@ -515,7 +531,7 @@ class _UsdExport:
             self._thread = None
 
     def join(self) -> None:
-        """``wait``, then re-raise a Ctrl-C that reached the thread."""
+        """``wait``, then re-raise a failed write or a Ctrl-C that reached the export."""
         self.wait()
-        if self._interrupt is not None:
-            raise self._interrupt
+        if self._raise is not None:
+            raise self._raise

@@ -31,7 +31,7 @@ from nurec_usd.scene.views import CameraGeometry, camera_geometry, sensor_poses
 from nurec_usd.sensors.lidar import SpinningLidarModel
 from nurec_usd.sensors.se3 import matrix_to_quat, quat_multiply
 
-__all__ = ["Replay", "ReplayError", "StageCamera", "StageLidar", "find_root"]
+__all__ = ["Replay", "ReplayError", "StageCamera", "StageLidar", "check_layers", "find_root"]
 
 # USD cameras look down -Z with +Y up; ours (OpenCV) down +Z with +Y down (the flip is its own inverse).
 _USD_TO_CV = torch.from_numpy(CV_TO_USD)
@@ -53,6 +53,32 @@ def find_root(path: str | Path) -> Path:
     if not path.is_file():
         raise ReplayError(f"{path}: no such file or folder")
     return path
+
+
+def check_layers(root_layer) -> None:
+    """Open every layer ``root_layer`` depends on (sublayers, references, payloads, recursively);
+    ReplayError naming the first that does not open (missing, truncated, not a layer)."""
+    from pxr import Sdf, Tf
+
+    seen = {root_layer.identifier}
+    pending = [root_layer]
+    while pending:
+        layer = pending.pop()
+        for asset in layer.GetCompositionAssetDependencies():
+            path = layer.ComputeAbsolutePath(asset)
+            if path in seen:
+                continue
+            seen.add(path)
+            try:
+                child = Sdf.Layer.FindOrOpen(path)
+            except Tf.ErrorException as err:
+                reason = str(err).strip().splitlines()[-1].split(" : ", 1)[-1].strip(" '")
+                raise ReplayError(f"{path}: this layer (used by {layer.identifier}) cannot be opened: {reason}; "
+                                  "export the scene again") from None
+            if child is None:
+                raise ReplayError(f"{path}: this layer (used by {layer.identifier}) is missing or cannot be opened; "
+                                  "export the scene again")
+            pending.append(child)
 
 
 @dataclass
@@ -126,9 +152,13 @@ class Replay:
         self.root = find_root(root)
         self.device = torch.device(device)
         try:
-            stage = open_stage(self.root)
+            stage = open_stage(self.root, load_payloads=False)
         except StageOpenError as err:  # one line naming the file, not USD's exception
             raise ReplayError(str(err)) from None
+        # USD composes a stage without a layer it cannot open (a warning, and no Gaussians):
+        # every layer must open, before the payloads load
+        check_layers(stage.GetRootLayer())
+        stage.Load()
         self.stage = stage
         self.time_codes_per_second = float(stage.GetTimeCodesPerSecond())
         self.start_s = float(stage.GetStartTimeCode()) / self.time_codes_per_second

@@ -3,6 +3,7 @@ range-image PNG, sequences as numbered frames or a video.
 
 Every output appears complete or not at all: single files are written under a temporary name
 and moved into place; a sequence folder is staged and moved into place when its last frame is done.
+Missing parent folders of the output are created (a parent that is a file is refused, named).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from nurec_usd.capture.staging import OutputExistsError, StagedDirectory
+from nurec_usd.capture.staging import OutputExistsError, StagedDirectory, ensure_folder
+from nurec_usd.io_errors import naming
 from nurec_usd.render.lidar import LidarRender
 from nurec_usd.replay import Replay, ReplayError, StageCamera, StageLidar
 from nurec_usd.scene.pictures import range_picture, to_uint8
@@ -60,7 +62,8 @@ def write_points_ply(points: np.ndarray, path: str | Path, comment: str = "") ->
 def _atomic_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        tmp.write_bytes(data)
+        with naming(path):
+            tmp.write_bytes(data)
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -71,7 +74,8 @@ def _save_png(array: np.ndarray, path: Path) -> None:
 
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        Image.fromarray(array).save(tmp, format="PNG")
+        with naming(path):  # PIL's write errors carry no file name
+            Image.fromarray(array).save(tmp, format="PNG")
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -96,10 +100,12 @@ def render_one(replay: Replay, sensor_name: str, t_s: float, out: str | Path, do
     if isinstance(sensor, StageCamera):
         if out.suffix.lower() != ".png":
             raise ReplayError(f"{out}: a camera renders to a .png file")
+        ensure_folder(out.parent)  # as build and export do for their output folders
         _save_png(to_uint8(replay.render_camera(sensor.id, t_s, downscale)), out)
         return [out]
     if out.suffix.lower() != ".ply":
         raise ReplayError(f"{out}: a lidar renders to a .ply file (a range-image PNG is written beside it)")
+    ensure_folder(out.parent)
     render = replay.render_lidar(sensor.id, t_s)
     comment = (f"nurec_usd replay of lidar {sensor.id} at {t_s:.6f} s\n"
                "points in the lidar frame at each column's firing time; intensity in capture units")
@@ -155,6 +161,7 @@ def _video(replay: Replay, sensor, times: np.ndarray, out: Path, downscale: int,
                           "or give a folder to get numbered frames") from err
     if out.exists() and not overwrite:
         raise OutputExistsError(out)
+    ensure_folder(out.parent)
     tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
     writer = None
     try:

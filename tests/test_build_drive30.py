@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("option, message", [
-    ("lr_scales=high", "build option 'lr_scales' takes a number, got 'high'"),
+    ("lr_scales=high", "build option 'lr_scales' takes a number from 0 to 10, got 'high'"),
     ("device=cpu", "unknown build option 'device'"),  # a flag of the script's own
     ("lidar_range_weigth=1", "did you mean 'lidar_range_weight'"),
 ])

@@ -119,7 +119,7 @@ def test_build_set_refuses_malformed_unknown_and_repeated_options(handmade_captu
     r = run("build", handmade_capture, "-o", out, "--steps", "3", "--set", "steps=4")
     assert r.returncode == 2 and "--set steps repeats" in r.stderr, r.stderr
     r = run("build", handmade_capture, "-o", out, "--set", "steps=many")
-    assert r.returncode == 1 and "build option 'steps' takes an integer, got 'many'" in r.stderr, r.stderr
+    assert r.returncode == 2 and "--set steps='many': must be an integer >= 1" in r.stderr, r.stderr
     assert not out.exists()
 
 

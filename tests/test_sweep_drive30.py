@@ -35,7 +35,7 @@ def test_sweep_builds_the_defaults_then_each_option_set(handmade_capture, tmp_pa
 @pytest.mark.parametrize("run, message", [
     ("downscale=2", "a load option"),
     ("lr_scale=0.01", "did you mean 'lr_scales'"),
-    ("steps=many", "build option 'steps' takes an integer, got 'many'"),
+    ("steps=many", "build option 'steps' takes an integer >= 1, got 'many'"),
 ])
 def test_sweep_refuses_bad_runs_before_loading(run, message, tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_info:

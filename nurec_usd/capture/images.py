@@ -22,11 +22,26 @@ def image_size(path: Path) -> tuple[int, int]:
         raise ValueError(f"not a readable image ({exc})") from None
 
 
+def _to_8bit(im: Image.Image, path: Path) -> Image.Image:
+    """16-bit grey images (``I;16*``: 16-bit PNGs) as 8-bit grey, by their top 8 bits: PIL's own
+    conversion clips them at 255, which turns most of such an image white. (16-bit colour
+    PNGs PIL already reads as 8-bit RGB.) 32-bit integer and float images are refused."""
+    if im.mode.startswith("I;16"):
+        values = np.asarray(im).astype(np.uint16)  # native order, whatever the file's
+        return Image.fromarray((values >> 8).astype(np.uint8), mode="L")
+    if im.mode in ("I", "F"):
+        raise ValueError(f"{path}: {'32-bit integer' if im.mode == 'I' else 'floating-point'} images are not "
+                         f"supported; save it as an 8- or 16-bit PNG or a JPEG")
+    return im
+
+
 def read_rgb(path: Path, factor: int = 1) -> np.ndarray:
     """Decode an image as RGB, shrunk by the integer ``factor`` with area averaging (the size
-    rounded down). Returns uint8 ``[H, W, 3]``; ``ValueError`` when it cannot be decoded."""
+    rounded down). 16-bit grey images keep their top 8 bits. Returns uint8 ``[H, W, 3]``;
+    ``ValueError`` naming the file when it cannot be decoded."""
     try:
         with Image.open(path) as im:
+            im = _to_8bit(im, path)
             im = im if im.mode == "RGB" else im.convert("RGB")  # (converting to its own mode copies)
             if factor > 1:
                 im = im.reduce(factor).crop((0, 0, im.width // factor, im.height // factor))

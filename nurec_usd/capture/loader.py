@@ -9,6 +9,7 @@ every sweep) and returns the problems instead of raising.
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -31,7 +32,11 @@ from nurec_usd.capture.model import (
 )
 from nurec_usd.capture.paths import resolve_inside
 from nurec_usd.capture.prefetch import default_workers
-from nurec_usd.capture.sweep_io import SWEEP_SUFFIXES, SweepFormatError, read_nrl_header
+from nurec_usd.capture.sweep_io import SWEEP_SUFFIXES, SweepFormatError, read_nrl_header, read_sweep, sweep_problems
+
+# A spinning lidar's rays per sweep at most (channels x columns): 128 x 2048 is a large lidar
+# today; a table past this is a mistake, and its range images would not fit in memory.
+MAX_LIDAR_RAYS = 1 << 22
 
 # Rotations written as float32 and printed to JSON are orthonormal to ~1e-7; anything
 # beyond this is a wrong matrix, not rounding. Accepted ones are re-orthonormalised.
@@ -90,13 +95,15 @@ class ValidationProblems(list):
 
 def validate_capture(path: str | Path, *, deep: bool = True, workers: int = 8,
                      progress: Callable[[Iterable, int], Iterable] | None = None,
-                     skip_missing: bool = False) -> list[Problem]:
+                     skip_missing: bool = False, notes: list[Problem] | None = None) -> list[Problem]:
     """Every problem of a capture; an empty list when it is clean.
 
-    With ``deep`` every image and mask is decoded and every sweep read (finite points,
-    channels in range, point times inside the rig's time range). ``progress`` wraps the
-    iterator of deep checks (e.g. ``lambda it, n: tqdm(it, total=n)``). ``skip_missing``:
-    as ``load_capture``'s (missing images and sweeps are left out, not problems).
+    With ``deep`` every image and mask is decoded and every sweep read (channels in range,
+    finite intensities, point times inside the rig's time range): see :func:`deep_check`.
+    ``progress`` wraps the iterator of deep checks (e.g. ``lambda it, n: tqdm(it, total=n)``).
+    ``skip_missing``: as ``load_capture``'s (missing images and sweeps are left out, not problems).
+    ``notes``: where what is not a problem but worth saying goes (points with non-finite
+    coordinates, which loading drops).
     """
     try:
         capture = load_capture(path, skip_missing=skip_missing)
@@ -106,20 +113,38 @@ def validate_capture(path: str | Path, *, deep: bool = True, workers: int = 8,
         return found
     if not deep:
         return []
-    jobs: list[Callable[[], list[Problem]]] = []
+    return deep_check(capture, workers=workers, progress=progress, notes=notes)
+
+
+def deep_check(capture: Capture, *, workers: int = 8, progress: Callable[[Iterable, int], Iterable] | None = None,
+               notes: list[Problem] | None = None) -> list[Problem]:
+    """Decode every image and mask and read every sweep of a loaded capture (of any format);
+    the problems found, each naming its file. The checks are the ones loading for a build
+    makes (``read_rgb``, ``Lidar.load_sweep``), so a capture that passes builds."""
+    jobs: list[Callable[[], tuple[list[Problem], tuple[str, int] | None]]] = []
     for cam in capture.cameras.values():
         for frame in cam.frames:
-            jobs.append(lambda cam=cam, frame=frame: _deep_check_frame(capture, cam, frame))
+            jobs.append(lambda cam=cam, frame=frame: (_deep_check_frame(capture, cam, frame), None))
     for lidar in capture.lidars.values():
         for i in range(len(lidar.sweeps)):
             jobs.append(lambda lidar=lidar, i=i: _deep_check_sweep(capture, lidar, i))
     problems: list[Problem] = []
+    dropped: list[tuple[str, int]] = []  # sweeps with non-finite points: (file, how many)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        results: Iterable[list[Problem]] = pool.map(lambda job: job(), jobs)
+        results: Iterable[tuple[list[Problem], tuple[str, int] | None]] = pool.map(lambda job: job(), jobs)
         if progress is not None:
             results = progress(results, len(jobs))
-        for found in results:
+        for found, note in results:
             problems.extend(found)
+            if note is not None:
+                dropped.append(note)
+    if notes is not None and dropped:
+        total = sum(count for _, count in dropped)
+        many = len(dropped) != 1
+        notes.append(Problem(dropped[0][0], "xyz", f"{total:,} point{'s' if total != 1 else ''} with non-finite "
+                                                     f"coordinates "
+                                                     f"(NaN or infinity) in {len(dropped)} sweep{'s' if many else ''}"
+                                                     f"{' (this one first)' if many else ''}; loading drops them"))
     return problems
 
 
@@ -216,6 +241,10 @@ def _build_checked(root: Path, m: dict[str, Any], found: _Problems, check_image_
         for name, values in (("elevation_deg", elevation), ("azimuth_offset_deg", offsets)):
             if not np.all(np.isfinite(values)):
                 found.manifest(f"{base}.{name}", "contains non-finite values")
+        rays = len(elevation) * int(spec["columns"])
+        if rays > MAX_LIDAR_RAYS:
+            found.manifest(f"{base}.columns", f"{len(elevation)} channels x {spec['columns']} columns = {rays:,} "
+                                              f"rays per sweep, more than the {MAX_LIDAR_RAYS:,} supported")
         if not spec["min_range_m"] < spec["max_range_m"]:
             found.manifest(f"{base}.min_range_m",
                            f"min_range_m {spec['min_range_m']} must be below max_range_m {spec['max_range_m']}")
@@ -227,6 +256,8 @@ def _build_checked(root: Path, m: dict[str, Any], found: _Problems, check_image_
             p = _file(root, s["file"], f"{base}.sweeps[{si}].file", SWEEP_SUFFIXES, local, counts_missing=True)
             if p is not None and p.suffix.lower() == ".nrl":
                 _check_nrl_header(p, s["file"], s["timestamp_us"], local)
+            elif p is not None:
+                _check_cloud_header(p, s["file"], local)
             return p, local
 
         sweeps = []
@@ -243,7 +274,8 @@ def _build_checked(root: Path, m: dict[str, Any], found: _Problems, check_image_
             azimuth_offset_deg=offsets if offsets.shape == elevation.shape else np.zeros_like(elevation),
             columns=int(spec["columns"]), rotation=spec["rotation"], scan_rate_hz=float(spec["scan_rate_hz"]),
             start_azimuth_deg=float(spec.get("start_azimuth_deg", 0.0)),
-            min_range_m=float(spec["min_range_m"]), max_range_m=float(spec["max_range_m"]), sweeps=tuple(sweeps))
+            min_range_m=float(spec["min_range_m"]), max_range_m=float(spec["max_range_m"]), sweeps=tuple(sweeps),
+            time_range_us=(t_first, t_last))
 
     tracks: dict[str, Track] = {}
     for ti, t in enumerate(m["tracks"]):
@@ -286,7 +318,7 @@ def _poses(values: list, field: str, found: _Problems, single: bool = False) -> 
     """[K, 4, 4] float64, each checked to be a finite rigid transform and re-orthonormalised."""
     T = np.asarray(values, dtype=np.float64).reshape(-1, 4, 4).copy()
     # The tests of rigid_transform_problem on all poses at once; the few that fail one get its message.
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # huge or non-finite entries are reported below
         R = T[:, :3, :3]
         ok = np.isfinite(T).all((1, 2)) & np.isclose(T[:, 3], [0.0, 0.0, 0.0, 1.0], atol=1e-9).all(-1)
         ok &= np.abs(R.transpose(0, 2, 1) @ R - np.eye(3)).max((1, 2), initial=0.0) <= ROTATION_TOLERANCE
@@ -310,7 +342,8 @@ def rigid_transform_problem(T: np.ndarray) -> str | None:
     if not np.allclose(T[3], [0.0, 0.0, 0.0, 1.0], atol=1e-9):
         return f"the last row must be [0, 0, 0, 1], got {T[3].tolist()}"
     R = T[:3, :3]
-    err = float(np.abs(R.T @ R - np.eye(3)).max())
+    with np.errstate(over="ignore"):
+        err = float(np.abs(R.T @ R - np.eye(3)).max())
     if err > ROTATION_TOLERANCE:
         return f"rotation is not orthonormal (max |R^T R - I| = {err:.3g})"
     det = float(np.linalg.det(R))
@@ -320,16 +353,46 @@ def rigid_transform_problem(T: np.ndarray) -> str | None:
 
 
 def _check_intrinsics(c: dict[str, Any], base: str, found: _Problems) -> None:
-    intr = c["intrinsics"]
+    for key, message in intrinsics_problems(c["model"], int(c["width"]), int(c["height"]), c["intrinsics"]):
+        found.manifest(f"{base}.intrinsics.{key}", message)
+
+
+def _finite(value: Any) -> bool:
+    """A finite real number (an integer too large for a float is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def intrinsics_problems(model: str, width: int, height: int, intr: dict[str, Any]) -> list[tuple[str, str]]:
+    """(key, message) for each intrinsic of a camera that cannot be right: non-finite values,
+    a principal point more than an image size outside the image, focal lengths (pixels per
+    radian for f-theta) outside 1/100 to 1000 times the image's larger side."""
+    out = []
     for key, value in intr.items():
         values = value if isinstance(value, list) else [value]
-        if not all(np.isfinite(v) for v in values):
-            found.manifest(f"{base}.intrinsics.{key}", "must be finite")
-    if c["model"] == "ftheta":
-        coeffs = intr["angle_to_pixel"]
-        if len(coeffs) < 2 or not coeffs[1] > 0:
-            found.manifest(f"{base}.intrinsics.angle_to_pixel",
-                           "the linear coefficient c1 (pixels per radian) must be positive")
+        if not all(_finite(v) for v in values):
+            out.append((key, "must be finite"))
+    if out:
+        return out
+    for key, size in (("cx", width), ("cy", height)):
+        if key in intr and not -size <= intr[key] <= 2 * size:
+            out.append((key, f"principal point {intr[key]:g} px lies more than an image size outside the "
+                             f"{width}x{height} image (expected -{size}..{2 * size})"))
+    side = max(width, height)
+    focal = {k: intr[k] for k in ("fx", "fy") if k in intr}
+    if model == "ftheta" and len(intr.get("angle_to_pixel", [])) >= 2:
+        focal["angle_to_pixel"] = intr["angle_to_pixel"][1]
+    for key, value in focal.items():
+        if key == "angle_to_pixel" and not value > 0:
+            out.append((key, "the linear coefficient c1 (pixels per radian) must be positive"))
+        elif not side / 100 <= value <= side * 1000:
+            out.append((key, f"{value:g} px is not a focal length of a {width}x{height} camera (expected "
+                             f"{side / 100:g}..{side * 1000:g})"))
+    return out
 
 
 def _file(root: Path, rel: str, field: str, suffixes: tuple[str, ...], found: _Problems,
@@ -358,6 +421,17 @@ def _check_image_size(path: Path, rel: str, field: str, width: int, height: int,
         return
     if (w, h) != (width, height):
         found.manifest(field, f"{rel} is {w}x{h} pixels; the camera's width x height is {width}x{height}")
+
+
+def _check_cloud_header(path: Path, rel: str, found: _Problems) -> None:
+    from nurec_usd.capture.cloud_files import check_cloud_file
+
+    try:
+        check_cloud_file(path)
+    except SweepFormatError as exc:
+        found.file(rel, exc.field, exc.message)
+    except OSError as exc:
+        found.file(rel, "", f"cannot read the file ({exc.strerror or exc})")
 
 
 def _check_nrl_header(path: Path, rel: str, timestamp_us: int, found: _Problems) -> None:
@@ -394,25 +468,19 @@ def _deep_check_frame(capture: Capture, cam: Camera, frame: CameraFrame) -> list
     return problems
 
 
-def _deep_check_sweep(capture: Capture, lidar: Lidar, index: int) -> list[Problem]:
-    rel = _rel(capture, lidar.sweeps[index].path)
+def _deep_check_sweep(capture: Capture, lidar: Lidar, index: int
+                      ) -> tuple[list[Problem], tuple[str, int] | None]:
+    """A sweep's problems, and (its file, how many points are non-finite) when some are."""
+    file = lidar.sweeps[index]
+    rel = _rel(capture, file.path)
     try:
-        sweep = lidar.load_sweep(index)
+        sweep = read_sweep(file.path, file.timestamp_us, lidar)
     except SweepFormatError as exc:
-        return [Problem(rel, exc.field, exc.message)]
+        return [Problem(rel, exc.field, exc.message)], None
     except (OSError, ValueError, RuntimeError) as exc:
-        return [Problem(rel, "", f"cannot read the sweep ({exc})")]
-    problems = []
-    if not np.all(np.isfinite(sweep.points)):
-        problems.append(Problem(rel, "xyz", "points have non-finite coordinates"))
-    if not np.all(np.isfinite(sweep.intensity)):
-        problems.append(Problem(rel, "intensity", "non-finite intensity values"))
-    if len(sweep) and (sweep.channel.min() < 0 or sweep.channel.max() >= lidar.channels):
-        problems.append(Problem(rel, "channel", f"channel indices must lie in [0, {lidar.channels - 1}], "
-                                                f"found {int(sweep.channel.min())}..{int(sweep.channel.max())}"))
-    if len(sweep):
-        lo, hi = int(sweep.timestamps_us.min()), int(sweep.timestamps_us.max())
-        if lo < capture.start_us or hi > capture.end_us:
-            problems.append(Problem(rel, "time_offset_us", f"point times {lo}..{hi} us lie outside the rig poses' "
-                                                           f"range {capture.start_us}..{capture.end_us} us"))
-    return problems
+        return [Problem(rel, "", f"cannot read the sweep ({exc})")], None
+    # the checks Lidar.load_sweep makes, all of them reported
+    time_range = lidar.time_range_us or (capture.start_us, capture.end_us)
+    problems = [Problem(rel, field, message) for field, message in sweep_problems(sweep, lidar.channels, time_range)]
+    nonfinite = int((~np.isfinite(sweep.points).all(axis=1)).sum())
+    return problems, ((rel, nonfinite) if nonfinite else None)

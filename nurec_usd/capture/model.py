@@ -113,6 +113,7 @@ class LidarSweep:
     intensity: np.ndarray  # [N] float32
     timestamps_us: np.ndarray  # [N] int64, each point's own firing time
     channel: np.ndarray  # [N] int32, index into the lidar's channels
+    dropped_nonfinite: int = 0  # points with NaN / infinite coordinates left out when it was read
 
     def __len__(self) -> int:
         return int(self.points.shape[0])
@@ -147,6 +148,8 @@ class Lidar:
     min_range_m: float
     max_range_m: float
     sweeps: tuple[LidarSweepFile, ...]
+    # the rig poses' time range (us): a sweep whose points lie outside it is refused when read
+    time_range_us: tuple[int, int] | None = None
 
     @property
     def channels(self) -> int:
@@ -162,15 +165,19 @@ class Lidar:
         return np.array([s.timestamp_us for s in self.sweeps], dtype=np.int64)
 
     def load_sweep(self, index: int) -> LidarSweep:
-        """Read sweep ``index`` (``.nrl`` binary, or ``.ply`` / ``.pcd`` through open3d).
+        """Read sweep ``index`` (``.nrl`` binary, or ``.ply`` / ``.pcd`` through open3d), checked.
 
         Point clouds without per-point times or channels get them from this lidar's
         spinning model (the column each point falls in, the nearest channel elevation).
+        Points with non-finite coordinates are dropped (counted in ``dropped_nonfinite``);
+        channels outside the table, non-finite intensities and point times outside
+        ``time_range_us`` raise ``SweepFormatError`` naming the file and field, as ``validate`` reports them.
         """
-        from nurec_usd.capture.sweep_io import read_sweep
+        from nurec_usd.capture.sweep_io import checked_sweep, read_sweep
 
         sweep = self.sweeps[index]
-        return read_sweep(sweep.path, sweep.timestamp_us, self)
+        return checked_sweep(sweep.path, read_sweep(sweep.path, sweep.timestamp_us, self), self.channels,
+                             self.time_range_us)
 
     def sensor_model(self, dtype: "torch.dtype | None" = None, device: "torch.device | str | None" = None) -> "SpinningLidarModel":
         """The torch spinning-lidar model (ray directions, firing times) of this lidar."""

@@ -121,12 +121,22 @@ def read_point_cloud_sweep(path: Path, timestamp_us: int, lidar: "Lidar | None")
     """
     import open3d as o3d  # CPU-side point-cloud I/O only; imported where needed
 
+    from nurec_usd.capture.cloud_files import check_ascii_rows, check_cloud_file
+
+    header = check_cloud_file(path)  # open3d fills a truncated binary body with zeros
+    check_ascii_rows(path, header)
     pcd = o3d.t.io.read_point_cloud(str(path))
     attrs = pcd.point
     if "positions" not in attrs or len(attrs["positions"]) == 0:
+        if header.points == 0:
+            return LidarSweep(points=np.zeros((0, 3), np.float32), intensity=np.zeros(0, np.float32),
+                              timestamps_us=np.zeros(0, np.int64), channel=np.zeros(0, np.int32))
         raise SweepFormatError(path, "positions", "no points could be read (empty or not a point cloud)")
     points = attrs["positions"].numpy().astype(np.float32).reshape(-1, 3)
     n = points.shape[0]
+    if n != header.points:
+        raise SweepFormatError(path, "positions", f"{n:,} points could be read; the header declares "
+                                                  f"{header.points:,} (a damaged file)")
 
     def column(*names: str) -> np.ndarray | None:
         for name in names:
@@ -164,3 +174,40 @@ def read_sweep(path: Path, timestamp_us: int, lidar: "Lidar | None" = None) -> L
     if suffix in (".ply", ".pcd"):
         return read_point_cloud_sweep(path, timestamp_us, lidar)
     raise SweepFormatError(path, "", f"unknown sweep file type {suffix!r} (expected one of {SWEEP_SUFFIXES})")
+
+
+def sweep_problems(sweep: LidarSweep, channels: int, time_range_us: tuple[int, int] | None = None
+                   ) -> list[tuple[str, str]]:
+    """(field, message) for each thing wrong with a decoded sweep: non-finite intensities of
+    finite points, channel indices outside the lidar's table, point times outside
+    ``time_range_us`` (the rig poses' range). Non-finite points are not a problem: they are
+    dropped (:func:`checked_sweep`); lidars write NaN for rays without a return."""
+    problems = []
+    finite = np.isfinite(sweep.points).all(axis=1)
+    if not np.all(np.isfinite(sweep.intensity[finite])):
+        problems.append(("intensity", "non-finite intensity values"))
+    if len(sweep) and (sweep.channel.min() < 0 or sweep.channel.max() >= channels):
+        problems.append(("channel", f"channel indices must lie in [0, {channels - 1}] (the lidar's "
+                                    f"elevation_deg table), found {int(sweep.channel.min())}.."
+                                    f"{int(sweep.channel.max())}"))
+    if len(sweep) and time_range_us is not None:
+        lo, hi = int(sweep.timestamps_us.min()), int(sweep.timestamps_us.max())
+        if lo < time_range_us[0] or hi > time_range_us[1]:
+            problems.append(("time_offset_us", f"point times {lo}..{hi} us lie outside the rig poses' range "
+                                               f"{time_range_us[0]}..{time_range_us[1]} us"))
+    return problems
+
+
+def checked_sweep(path: Path, sweep: LidarSweep, channels: int, time_range_us: tuple[int, int] | None = None
+                  ) -> LidarSweep:
+    """``sweep`` without its non-finite points (their count in ``dropped_nonfinite``), or
+    ``SweepFormatError`` naming the first of :func:`sweep_problems`."""
+    problems = sweep_problems(sweep, channels, time_range_us)
+    if problems:
+        raise SweepFormatError(path, *problems[0])
+    finite = np.isfinite(sweep.points).all(axis=1)
+    if finite.all():
+        return sweep
+    return LidarSweep(points=sweep.points[finite], intensity=sweep.intensity[finite],
+                      timestamps_us=sweep.timestamps_us[finite], channel=sweep.channel[finite],
+                      dropped_nonfinite=int((~finite).sum()))

@@ -38,10 +38,11 @@ The folder is written all or nothing (:class:`~nurec_usd.capture.staging.StagedD
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -794,6 +795,24 @@ def _write_root(path: Path, timing: Timing, capture_name: str | None, collision:
     layer.Save()
 
 
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """A failed write of ``path`` as an ``OSError`` naming it (USD reports a full disk as a
+    ``Tf.ErrorException``; a file object's write error carries no file name)."""
+    from pxr import Tf
+
+    from nurec_usd.io_errors import naming, usd_write_error
+
+    try:
+        with naming(path):
+            yield
+    except Tf.ErrorException as err:
+        converted = usd_write_error(err, path)
+        if converted is None:
+            raise
+        raise converted from err
+
+
 def export_usd(scene, out_dir: str | Path, overwrite: bool = False, *, ply: bool = False, usdz: bool = False,
                collision: bool = False, device: Any = "cpu", progress=None, ply_actors: bool = False,
                ply_pad_sh: bool = False) -> Path:
@@ -823,29 +842,38 @@ def export_usd(scene, out_dir: str | Path, overwrite: bool = False, *, ply: bool
         root = staged.path
         (root / "actors").mkdir()
         names = _track_prim_names(scene)
-        _write_background(scene, root / "background.usdc", timing)
+        with _writing(root / "background.usdc"):
+            _write_background(scene, root / "background.usdc", timing)
         for i, name in enumerate(names):
-            _write_actor_layer(scene, i, root / "actors" / f"{name}.usdc", timing)
-        _write_actors(scene, root / "actors.usdc", timing, names)
-        _write_rig(scene, root / "rig.usdc", timing)
+            with _writing(root / "actors" / f"{name}.usdc"):
+                _write_actor_layer(scene, i, root / "actors" / f"{name}.usdc", timing)
+        with _writing(root / "actors.usdc"):
+            _write_actors(scene, root / "actors.usdc", timing, names)
+        with _writing(root / "rig.usdc"):
+            _write_rig(scene, root / "rig.usdc", timing)
         if collision:
-            _write_collision(scene, root / COLLISION_LAYER, timing, device, progress)
+            with _writing(root / COLLISION_LAYER):
+                _write_collision(scene, root / COLLISION_LAYER, timing, device, progress)
         rig = scene.metadata.get("rig") or {}
-        _write_root(root / "root.usda", timing, rig.get("capture_name"), collision,
-                    render_settings=bool(rig.get("cameras")))
+        with _writing(root / "root.usda"):
+            _write_root(root / "root.usda", timing, rig.get("capture_name"), collision,
+                        render_settings=bool(rig.get("cameras")))
         pad = 3 if ply_pad_sh else None
         if ply:
             from nurec_usd.export.ply import write_gaussian_ply
 
-            write_gaussian_ply(scene.static, scene.sh_degree, root / "scene.ply", pad_to_degree=pad)
+            with _writing(root / "scene.ply"):
+                write_gaussian_ply(scene.static, scene.sh_degree, root / "scene.ply", pad_to_degree=pad)
         if ply_actors:
             from nurec_usd.export.actor_ply import write_actor_plys
 
-            write_actor_plys(scene, root / "actors", names, pad_to_degree=pad)
+            with _writing(root / "actors"):
+                write_actor_plys(scene, root / "actors", names, pad_to_degree=pad)
         if usdz:
             from nurec_usd.export.usdz import package_usdz
 
-            package_usdz(root / "root.usda", root / "scene.usdz")
+            with _writing(root / "scene.usdz"):
+                package_usdz(root / "root.usda", root / "scene.usdz")
     except BaseException:
         staged.abort()
         raise

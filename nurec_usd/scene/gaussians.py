@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from nurec_usd.io_errors import naming
+
 SH_COEFFS = 16  # degree 3
 SH_C0 = 0.28209479177387814  # colour = 0.5 + SH_C0 * DC
 FORMAT_VERSION = 1
@@ -167,8 +169,14 @@ class Scene:
             "world_offset_m": list(s.world_offset_m), "metadata": s.metadata,
         }
         tmp = path.with_name(f".{path.name}.tmp")
-        torch.save(payload, tmp)
-        tmp.replace(path)
+        # through a file object: a failed write (a full disk) is then an OSError naming the file,
+        # where torch's own file writer reports only "unexpected pos"
+        try:
+            with naming(path), open(tmp, "wb") as f:
+                torch.save(payload, f)
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     @classmethod
     def load(cls, path: str | Path, device: torch.device | str = "cpu") -> "Scene":

@@ -22,23 +22,28 @@ import numpy as np
 import torch
 
 from nurec_usd.capture.model import Capture
+from nurec_usd.options import option
 from nurec_usd.scene.gaussians import ActorTrack, GaussianParams, Scene
 from nurec_usd.sensors.se3 import PoseTrajectory, invert_transform, transform_points
 
 
 @dataclass
 class InitConfig:
-    """Options of the initialisation (see ``nurec_usd.train.config`` for the presets)."""
+    """Options of the initialisation (see ``nurec_usd.train.config`` for the presets); each
+    declares its range beside its default (``nurec_usd.options.option``)."""
 
-    voxel_m: float = 0.1  # static voxel size; grown automatically to stay under max_points
-    actor_voxel_m: float = 0.05
-    max_points: int = 300_000  # static Gaussians at most
-    box_margin: float = 0.05  # boxes grown by this fraction when deciding which points are an actor's
-    outlier_std: float = 2.5  # statistical outlier removal: mean kNN distance > mean + this * std
-    color_frames: int = 12  # frames per camera used to colour the points
-    opacity: float = 0.1
-    random_points: int = 100_000  # captures without lidar or SfM points: points spread in the frusta
-    sky_rows: int = 16  # sky map size: rows (elevation) x 4 rows (azimuth)
+    voxel_m: float = option(0.1, low=1e-3, high=100)  # static voxel size; grown automatically to stay under max_points
+    actor_voxel_m: float = option(0.05, low=1e-3, high=100)
+    max_points: int = option(300_000, low=1, high=1_000_000_000)  # static Gaussians at most
+    # boxes grown by this fraction when deciding which points are an actor's
+    box_margin: float = option(0.05, low=0, high=10)
+    # statistical outlier removal: mean kNN distance > mean + this * std
+    outlier_std: float = option(2.5, low=0, high=1000, low_open=True)
+    color_frames: int = option(12, low=1)  # frames per camera used to colour the points
+    opacity: float = option(0.1, low=0, high=1, low_open=True, high_open=True)
+    # captures without lidar or SfM points: points spread in the frusta
+    random_points: int = option(100_000, low=1, high=100_000_000)
+    sky_rows: int = option(16, low=1, high=1024)  # sky map size: rows (elevation) x 4 rows (azimuth)
 
 
 def _poses_at(traj: PoseTrajectory, times: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -194,12 +199,20 @@ def voxel_downsample(points: torch.Tensor,  # [N, 3]
 
 
 def _downsample_to(points: torch.Tensor, voxel: float, max_points: int, *features: torch.Tensor):
-    """Voxel downsampling, growing the voxel until at most ``max_points`` remain."""
-    while True:
+    """Voxel downsampling, growing the voxel until at most ``max_points`` remain.
+
+    ValueError for a cap under 1 or a voxel that is not positive (either would loop forever:
+    one voxel always keeps a point), and when 200 growths (1.25^200, about 1e19 times the
+    voxel) do not get under the cap (non-finite points fall in voxels of their own)."""
+    if max_points < 1 or not voxel > 0:
+        raise ValueError(f"voxel downsampling needs a positive cap and voxel size, got {max_points} and {voxel}")
+    for _ in range(200):
         out = voxel_downsample(points, voxel, *features)
         if out[0].shape[0] <= max_points:
             return out, voxel
         voxel *= 1.25
+    raise ValueError(f"voxel downsampling could not get {points.shape[0]:,} points under {max_points:,} "
+                     f"(are some of them non-finite?)")
 
 
 def initial_scales(points: torch.Tensor,  # [N, 3]

@@ -4,77 +4,89 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
+from nurec_usd.options import check_device, check_fields, check_value, option
 from nurec_usd.scene.init import InitConfig
 
 
 @dataclass
 class TrainConfig:
-    """The training loop's options. Learning rates are Adam's, per parameter group."""
+    """The training loop's options. Learning rates are Adam's, per parameter group.
 
-    steps: int = 3000  # optimisation steps (each takes a group of frames recorded together)
-    seed: int = 0
-    eval_every: int = 8  # frames / sweeps with index % eval_every == eval_every // 2 are held out
-    downscale: int = 1  # train and evaluate on images shrunk by this factor
-    max_gaussians: int = 1_000_000  # cap on static + actor Gaussians (MCMC-style relocation keeps under it)
-    sh_degree: int = 3
-    sh_step_fraction: float = 1 / 6  # one more SH degree every this fraction of the run
+    Every option declares its range beside its default (``nurec_usd.options.option``); a
+    value outside it is refused, naming the option, before anything runs.
+    """
+
+    steps: int = option(3000, low=1)  # optimisation steps (each takes a group of frames recorded together)
+    seed: int = option(0, low=0, high=2**32 - 1)
+    # frames / sweeps with index % eval_every == eval_every // 2 are held out (0: none; 1 would hold out all)
+    eval_every: int = option(8, low=2, special=(0,))
+    downscale: int = option(1, low=1, high=64)  # train and evaluate on images shrunk by this factor
+    # cap on static + actor Gaussians (MCMC-style relocation keeps under it)
+    max_gaussians: int = option(1_000_000, low=1, high=1_000_000_000)
+    sh_degree: int = option(3, low=0, high=3)
+    sh_step_fraction: float = option(1 / 6, low=0, high=1, low_open=True)  # one more SH degree every this fraction of the run
     # what a step renders
-    cameras_per_step: int = 0  # frames recorded together rendered in one step: 0 every camera's, 1 one frame
-    coarse_fraction: float = 0.0  # the first this fraction of the run renders images coarse_downscale times smaller
-    coarse_downscale: int = 2
+    # frames recorded together rendered in one step: 0 every camera's, 1 one frame
+    cameras_per_step: int = option(0, low=0)
+    # the first this fraction of the run renders images coarse_downscale times smaller
+    coarse_fraction: float = option(0.0, low=0, high=1)
+    coarse_downscale: int = option(2, low=1, high=16)
     # losses
-    ssim_weight: float = 0.2
-    lidar_every: int = 1  # lidar sweeps every this many steps (0: never)
-    sweeps_per_step: int = 1  # sweeps rendered in a lidar step (their loss shares the views' weight)
+    ssim_weight: float = option(0.2, low=0, high=1)
+    lidar_every: int = option(1, low=0)  # lidar sweeps every this many steps (0: never)
+    # sweeps rendered in a lidar step (their loss shares the views' weight)
+    sweeps_per_step: int = option(1, low=1, high=64)
     # relative range error; weighed against the image terms on drive30 (benchmarks/RESULTS.md)
-    lidar_range_weight: float = 1.0
-    lidar_hit_weight: float = 0.02
-    lidar_intensity_weight: float = 0.01
+    lidar_range_weight: float = option(1.0, low=0, high=1000)
+    lidar_hit_weight: float = option(0.02, low=0, high=1000)
+    lidar_intensity_weight: float = option(0.01, low=0, high=1000)
     # training's sweeps see actors where they are when each column fires (their motion over the sweep
     # from their tracks); False: every actor at the sweep's middle, as builds before 2026-12-02 did.
     # Evaluation and replay always follow the actors.
-    lidar_actor_motion: bool = True
-    opacity_reg: float = 0.01
-    scale_reg: float = 0.01
+    lidar_actor_motion: bool = option(True)
+    opacity_reg: float = option(0.01, low=0, high=1000)
+    scale_reg: float = option(0.01, low=0, high=1000)
     # learning rates
-    lr_means: float = 1.6e-3  # metres (Adam steps are about lr long; camera-only captures scale it by
-    # their rig path's spread / 10); decays 100x over the run
-    lr_quats: float = 1e-3
-    lr_scales: float = 5e-3
-    lr_opacity: float = 5e-2
-    lr_sh0: float = 2.5e-3
-    lr_shN: float = 1.25e-4
-    lr_intensity: float = 2e-2
-    lr_sky: float = 1e-2
-    lr_exposure: float = 1e-3
-    lr_track: float = 1e-4  # pose corrections, when refine_tracks
+    lr_means: float = option(1.6e-3, low=0, high=10)  # metres (Adam steps are about lr long; camera-only
+    # captures scale it by their rig path's spread / 10); decays 100x over the run
+    lr_quats: float = option(1e-3, low=0, high=10)
+    lr_scales: float = option(5e-3, low=0, high=10)
+    lr_opacity: float = option(5e-2, low=0, high=10)
+    lr_sh0: float = option(2.5e-3, low=0, high=10)
+    lr_shN: float = option(1.25e-4, low=0, high=10)
+    lr_intensity: float = option(2e-2, low=0, high=10)
+    lr_sky: float = option(1e-2, low=0, high=10)
+    lr_exposure: float = option(1e-3, low=0, high=10)
+    lr_track: float = option(1e-4, low=0, high=10)  # pose corrections, when refine_tracks
     # how the rates above (tuned for one camera view a step) follow the views in a step: "sqrt"
     # (rates x sqrt(views), Adam's betas ^ views), "linear" (rates x views) or "none"
-    lr_batch_scale: str = "sqrt"
-    refine_tracks: bool = False
+    lr_batch_scale: str = option("sqrt", choices=("none", "sqrt", "linear"))
+    refine_tracks: bool = option(False)
     # MCMC-style relocation and growth, at fractions of the run
-    refine_start_fraction: float = 1 / 15
-    refine_stop_fraction: float = 0.8  # no relocation in the last 20% of the run
-    refine_every_fraction: float = 1 / 30
-    grow_factor: float = 1.05  # Gaussians added per refinement, as a factor of the count (up to the cap)
-    dead_opacity: float = 0.005
-    noise_scale: float = 0.1  # position noise of near-transparent Gaussians, in units of their own scale
+    refine_start_fraction: float = option(1 / 15, low=0, high=1)
+    refine_stop_fraction: float = option(0.8, low=0, high=1)  # no relocation in the last 20% of the run
+    refine_every_fraction: float = option(1 / 30, low=0, high=1, low_open=True)
+    # Gaussians added per refinement, as a factor of the count (up to the cap)
+    grow_factor: float = option(1.05, low=1, high=10)
+    dead_opacity: float = option(0.005, low=0, high=1, high_open=True)
+    # position noise of near-transparent Gaussians, in units of their own scale
+    noise_scale: float = option(0.1, low=0, high=100)
     # bookkeeping
-    log_interval: int = 25  # loss / PSNR read back (one host sync) every this many steps
-    checkpoint_interval: int = 200  # last good state kept in memory for divergence recovery
+    log_interval: int = option(25, low=1)  # loss / PSNR read back (one host sync) every this many steps
+    checkpoint_interval: int = option(200, low=1)  # last good state kept in memory for divergence recovery
 
 
 @dataclass
 class BuildConfig:
     """Everything ``build`` needs besides the capture: the preset it came from, init and training options."""
 
-    preset: str = "fast"
-    device: str = "auto"
-    budget_s: float | None = None  # training ends gracefully at this wall-clock budget
+    preset: str = "fast"  # one of PRESETS
+    device: str = "auto"  # auto, cpu, cuda or cuda:N (nurec_usd.options.check_device)
+    # training ends gracefully at this wall-clock budget (seconds; None: no budget)
+    budget_s: float | None = option(None, "float", low=0, low_open=True, none_ok=True)
     init: InitConfig = field(default_factory=InitConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
@@ -108,35 +120,16 @@ def unknown_option(key: str) -> str:
     return f"unknown build option {key!r}" + (f"; did you mean {near[0]!r}?" if near else "")
 
 
-def _typed(options: type, key: str, value: Any) -> Any:
-    """``value`` as option ``key`` of the dataclass ``options`` takes it, by the type of its
-    default (a float option also takes an integer); ValueError naming the option otherwise."""
-    default = next(f.default for f in dataclasses.fields(options) if f.name == key)
-    if isinstance(default, bool):
-        if isinstance(value, bool):
-            return value
-        kind = "True or False"
-    elif isinstance(default, int):
-        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-            return int(value)
-        kind = "an integer"
-    elif isinstance(default, float):
-        if isinstance(value, numbers.Real) and not isinstance(value, bool):
-            return float(value)
-        kind = "a number"
-    else:
-        return value
-    raise ValueError(f"build option {key!r} takes {kind}, got {value!r}")
-
-
 def _replaced(options: Any, values: dict[str, Any]) -> Any:
-    return dataclasses.replace(options, **{k: _typed(type(options), k, v) for k, v in values.items()})
+    """``options`` with ``values`` set, each checked against its field's declared type and range."""
+    return dataclasses.replace(options, **{k: check_value(type(options), k, v) for k, v in values.items()})
 
 
 def make_config(preset: str = "fast", **overrides: Any) -> BuildConfig:
     """A preset with overrides; ``train.*`` / ``init.*`` keys may be given as ``steps=...`` (searched in
-    train, then init) or as nested dicts ``train={...}``. Unknown keys, and values of the wrong
-    type, raise ValueError naming them."""
+    train, then init) or as nested dicts ``train={...}``. Unknown keys raise ValueError naming
+    them; values of the wrong type or outside their declared range, ``OptionError`` (a ValueError)
+    naming the option and its range."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     cfg = BuildConfig(preset=preset)
@@ -155,8 +148,10 @@ def make_config(preset: str = "fast", **overrides: Any) -> BuildConfig:
             if unknown:
                 raise ValueError(f"unknown {key} options: {', '.join(sorted(unknown))}")
             setattr(cfg, key, _replaced(target, value))
-        elif key in ("device", "budget_s"):
-            setattr(cfg, key, value)
+        elif key == "device":
+            cfg.device = check_device(value)
+        elif key == "budget_s":
+            cfg.budget_s = check_value(BuildConfig, key, value)
         elif key in train_keys:
             cfg.train = _replaced(cfg.train, {key: value})
         elif key in init_keys:
@@ -165,4 +160,6 @@ def make_config(preset: str = "fast", **overrides: Any) -> BuildConfig:
             raise ValueError(unknown_option(key))
     # the Gaussian cap bounds the start too (static points; actors are few)
     cfg.init = dataclasses.replace(cfg.init, max_points=min(cfg.init.max_points, cfg.train.max_gaussians))
+    for part in (cfg, cfg.train, cfg.init):  # the presets' own values too
+        check_fields(part)
     return cfg

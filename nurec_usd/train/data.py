@@ -278,6 +278,7 @@ class CaptureData:
         self.sweeps: list[SweepRef] = []
         # the training sweeps' points, by (lidar id, sweep index), until release_sweep_points()
         self.sweep_points: dict[tuple[str, int], SweepPoints] = {}
+        self.nonfinite_points = self.nonfinite_sweeps = 0  # dropped when the sweeps were read
         with part("cameras"):
             for ci, cam in enumerate(capture.cameras.values()):
                 self.cameras.append(self._camera(cam, rig))  # before the decoding threads start: they slow the host
@@ -359,6 +360,8 @@ class CaptureData:
             batch.clear()
 
         for si, sweep in enumerate(prefetched(lidar.load_sweep, range(len(lidar.sweeps)))):
+            self.nonfinite_points += sweep.dropped_nonfinite
+            self.nonfinite_sweeps += int(sweep.dropped_nonfinite > 0)
             tensors = _sweep_tensors(sweep.points, sweep.intensity, sweep.channel, dev)
             batch.append(tensors)
             if not held_out(si, self.eval_every, len(lidar.sweeps)):  # the initialisation reads them again otherwise

@@ -118,9 +118,7 @@ class Trainer:
             return 1.0, (0.9, 0.999)
         if rule == "sqrt":
             return math.sqrt(views), (0.9 ** views, 0.999 ** views)
-        if rule == "linear":
-            return views, (0.9, 0.999)
-        raise ValueError(f"lr_batch_scale must be 'none', 'sqrt' or 'linear', got {rule!r}")
+        return views, (0.9, 0.999)  # "linear" (the option's declared choices)
 
     # -- sampling (host only) --------------------------------------------------------------
 
@@ -330,11 +328,18 @@ class Trainer:
                 if over_budget and done < cfg.steps:
                     status, message = "budget", f"stopped at the {budget_s:g} s budget after {done} of {cfg.steps} steps"
                     break
-        except KeyboardInterrupt:
-            # the interrupted step may be half applied: go back to the last trusted state
-            self._restore(checkpoint)
-            status, done = "interrupted", checkpoint_step
-            message = f"interrupted; kept the checkpoint of step {checkpoint_step}"
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM where the caller turns it into one (nurec_usd.interrupts)
+            # Keep the state in memory: every finished step (`done`) is in it. A step cut short
+            # applies its update per tensor or not at all, so the values stay whole; only a state
+            # gone non-finite since the last check falls back to the last trusted checkpoint.
+            status = "interrupted"
+            if int(self._nonfinite_parameters()) == 0:
+                message = f"interrupted after step {done}; kept the state of step {done}"
+            else:
+                self._restore(checkpoint)
+                done = checkpoint_step
+                message = (f"interrupted after the parameters became NaN or infinite; kept the checkpoint of "
+                           f"step {checkpoint_step}")
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return TrainResult(done, status, message, time.monotonic() - start, history, overflows)

@@ -134,10 +134,21 @@ def test_actors_are_their_own_gaussians_and_move_with_their_tracks(tiny_run):
 def test_no_usable_frames_is_a_clear_error(tmp_path):
     from nurec_usd.pipeline import BuildError, build
 
+    # the sample with every camera's frames removed (its sweeps kept)
+    import os
+    import shutil
+
+    capture = tmp_path / "capture"
+    shutil.copytree(SAMPLE, capture, copy_function=os.link)
+    manifest = json.loads((capture / "capture.json").read_text())
+    for cam in manifest["cameras"]:
+        cam["frames"] = []
+    (capture / "capture.json").unlink()
+    (capture / "capture.json").write_text(json.dumps(manifest))
     with pytest.raises(BuildError, match="no usable camera frames"):
-        build(SAMPLE, tmp_path / "run", eval_every=1, progress=False, log=lambda _m: None)
+        build(capture, tmp_path / "run", progress=False, log=lambda _m: None)
     assert not (tmp_path / "run").exists()
-    assert not list(tmp_path.iterdir()), "a partial run directory was left behind"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["capture"], "a partial run directory was left behind"
 
 
 def test_existing_output_is_refused_and_kept(tmp_path, capsys):
@@ -167,7 +178,9 @@ def test_diverging_run_stops_cleanly_with_the_last_good_checkpoint(handmade_capt
     from nurec_usd.scene.gaussians import Scene
 
     out = tmp_path / "run"
-    result = build(handmade_capture, out, steps=8, log_interval=2, checkpoint_interval=2, lr_means=float("nan"),
+    # a scale learning rate at the top of its range: the first Adam step multiplies every scale by
+    # e^10, and the next renders overflow
+    result = build(handmade_capture, out, steps=8, log_interval=2, checkpoint_interval=2, lr_scales=10.0,
                    progress=False, log=lambda _m: None)
     assert result.status == "diverged"
     # NaN means are culled by the renderer (the loss can stay finite): the parameter check catches them

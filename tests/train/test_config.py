@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -12,10 +10,11 @@ from nurec_usd.train.config import PRESETS, make_config, option_names
 
 def test_overrides_land_in_train_and_init_with_their_option_types():
     cfg = make_config("fast", steps=np.int64(120), lidar_range_weight=2, voxel_m=0.2, refine_tracks=True,
-                      lr_means=float("nan"), init={"max_points": 5000})
+                      lr_means=np.float32(0.5), init={"max_points": 5000})
     assert cfg.train.steps == 120 and type(cfg.train.steps) is int
     assert cfg.train.lidar_range_weight == 2.0 and type(cfg.train.lidar_range_weight) is float
-    assert cfg.init.voxel_m == 0.2 and cfg.train.refine_tracks is True and math.isnan(cfg.train.lr_means)
+    assert cfg.init.voxel_m == 0.2 and cfg.train.refine_tracks is True
+    assert cfg.train.lr_means == 0.5 and type(cfg.train.lr_means) is float
     assert cfg.init.max_points == 5000
     assert make_config("fast", steps=None).train.steps == PRESETS["fast"]["train"]["steps"]  # None: the preset's
     assert make_config("fast").train.lidar_actor_motion is True
@@ -23,9 +22,9 @@ def test_overrides_land_in_train_and_init_with_their_option_types():
 
 
 @pytest.mark.parametrize("key, value, kind", [
-    ("steps", 2.5, "an integer"), ("steps", "10", "an integer"), ("steps", True, "an integer"),
-    ("lidar_range_weight", "high", "a number"), ("lidar_range_weight", False, "a number"),
-    ("refine_tracks", 1, "True or False"), ("voxel_m", "0.1", "a number"),
+    ("steps", 2.5, "an integer >= 1"), ("steps", "10", "an integer >= 1"), ("steps", True, "an integer >= 1"),
+    ("lidar_range_weight", "high", "a number from 0 to 1000"), ("lidar_range_weight", False, "a number from 0 to 1000"),
+    ("refine_tracks", 1, "True or False"), ("voxel_m", "0.1", "a number from 0.001 to 100"),
 ])
 def test_a_value_of_the_wrong_type_is_refused_by_name(key, value, kind):
     with pytest.raises(ValueError, match=f"build option '{key}' takes {kind}, got {value!r}"):

@@ -100,4 +100,31 @@ def load_any(path: str | Path, format: str | None = None, *, skip_missing: bool 
     module = _module(name)
     if module is None:
         raise ValueError(f"the {name} importer is not available in this version")
-    return module.load(Path(path), skip_missing=skip_missing, **extra)
+    return checked_import(module.load(Path(path), skip_missing=skip_missing, **extra), name)
+
+
+def checked_import(capture: Capture, format: str) -> Capture:
+    """An imported capture through the native loader's checks of what it holds (the importer
+    checked its files): plausible intrinsics, lidar tables of a size that fits in memory. Each
+    lidar learns the rig poses' time range, so that its sweeps are checked against it when read,
+    as a native capture's are. ``CaptureError`` naming the camera or lidar otherwise."""
+    import dataclasses
+
+    from nurec_usd.capture.loader import MAX_LIDAR_RAYS, intrinsics_problems
+
+    where = f"({format} import)"
+    problems = []
+    for cam in capture.cameras.values():
+        for key, message in intrinsics_problems(cam.model, cam.width, cam.height, cam.intrinsics):
+            problems.append(Problem(where, f"camera {cam.id}: intrinsics.{key}", message))
+    for lidar_id, lidar in list(capture.lidars.items()):
+        rays = lidar.channels * lidar.columns
+        if rays > MAX_LIDAR_RAYS:
+            problems.append(Problem(where, f"lidar {lidar_id}: columns", f"{lidar.channels} channels x "
+                                    f"{lidar.columns} columns = {rays:,} rays per sweep, more than the "
+                                    f"{MAX_LIDAR_RAYS:,} supported"))
+        if lidar.time_range_us is None:
+            capture.lidars[lidar_id] = dataclasses.replace(lidar, time_range_us=(capture.start_us, capture.end_us))
+    if problems:
+        raise CaptureError(problems, str(capture.root))
+    return capture
