@@ -408,8 +408,10 @@ def _cmd_render(args: argparse.Namespace) -> int:
     from nurec_usd.replay_files import render_one, render_sequence, sequence_times
 
     sequence = args.start is not None or args.end is not None
-    if sum([args.time is not None, args.frame is not None, sequence]) != 1:
-        print("render: give exactly one of --time T, --frame N, or --start S --end E [--fps F]", file=sys.stderr)
+    trajectory = args.trajectory is not None
+    if sum([args.time is not None, args.frame is not None, sequence, trajectory]) != 1:
+        print("render: give exactly one of --time T, --frame N, --start S --end E [--fps F], or --trajectory FILE",
+              file=sys.stderr)
         return 2
     if sequence and (args.start is None or args.end is None):
         print("render: a sequence needs both --start and --end", file=sys.stderr)
@@ -417,9 +419,17 @@ def _cmd_render(args: argparse.Namespace) -> int:
     if sequence and args.end < args.start:
         print(f"render: --end {args.end:g} is before --start {args.start:g}", file=sys.stderr)
         return 2
+    sensors = [name.strip() for given in args.sensor for name in given.split(",") if name.strip()]
+    if not sensors:
+        print("render: --sensor: give a camera or lidar id", file=sys.stderr)
+        return 2
+    edits = bool(args.remove_actor or args.shift_actor or args.duplicate_actor or args.actor_track)
+    offsets = any(v != 0.0 for v in (args.lateral_offset, args.height_offset, args.yaw_offset))
+    if trajectory or edits or offsets or len(sensors) > 1 or sensors == ["all"]:
+        return _render_novel(args, sensors, sequence)
     try:
         replay = Replay(args.scene, device=resolve_device(args.device))
-        sensor = replay.sensor(args.sensor)
+        sensor = replay.sensor(sensors[0])
         if isinstance(sensor, StageCamera):  # the factor must leave the camera an image
             check_downscale({sensor.id: (sensor.width, sensor.height)}, args.downscale)
         if sequence:
@@ -443,9 +453,98 @@ def _cmd_render(args: argparse.Namespace) -> int:
     except (ReplayError, BuildError, ValueError) as err:
         print(f"render: {err}", file=sys.stderr)
         return 1
+    _print_written(written)
+    return 0
+
+
+def _print_written(written: list) -> None:
     shown = written if len(written) <= 4 else [written[0], "...", written[-1]]
     for path in shown:
         print(f"wrote        {path}")
+
+
+def _actor_value(flag: str, kind: str):
+    """An argparse type for ``ID=X,Y,Z`` (kind "offset": three finite numbers, metres) or ``ID=FILE``."""
+    import math
+
+    def parse(text: str):
+        actor, sep, value = text.partition("=")
+        if not sep or not actor.strip() or not value.strip():
+            raise argparse.ArgumentTypeError(f"expected {'ID=X,Y,Z' if kind == 'offset' else 'ID=FILE'}, got {text!r}")
+        if kind == "file":
+            return actor.strip(), Path(value.strip())
+        try:
+            xyz = [float(v) for v in value.split(",")]
+        except ValueError:
+            xyz = []
+        if len(xyz) != 3 or not all(math.isfinite(v) for v in xyz):
+            raise argparse.ArgumentTypeError(f"expected ID=X,Y,Z with three finite numbers (metres, world frame), "
+                                             f"got {text!r}")
+        return actor.strip(), tuple(xyz)
+
+    parse.__name__ = f"{flag}_value"
+    return parse
+
+
+def _render_novel(args: argparse.Namespace, sensors: list[str], sequence: bool) -> int:
+    """``render`` through the Renderer: a novel trajectory, rig offsets, edited actors, several sensors."""
+    import numpy as np
+
+    from nurec_usd.pipeline import BuildError, resolve_device
+    from nurec_usd.render.renderer import Renderer, rig_offset_transform
+    from nurec_usd.replay import ReplayError
+    from nurec_usd.replay_files import render_frames, sequence_times
+    from nurec_usd.trajectory_file import read_trajectory
+
+    try:
+        renderer = Renderer(args.scene, device=resolve_device(args.device))
+        if sensors == ["all"]:
+            sensors = [*renderer.cameras, *renderer.lidars]
+        ids = [renderer.replay.sensor(name).id for name in sensors]
+        cameras = [i for i in ids if i in renderer.cameras]
+        lidars = [i for i in ids if i in renderer.lidars]
+        check_downscale({c: (renderer.cameras[c].width, renderer.cameras[c].height) for c in cameras},
+                        args.downscale)
+        rig = None
+        if args.trajectory is not None:
+            traj = read_trajectory(args.trajectory, (renderer.start_s, renderer.end_s))
+            rig = renderer.path(traj.times_s, traj.T_world)
+            times = traj.times_s
+        elif sequence:
+            times = sequence_times(args.start, args.end, args.fps)
+        else:
+            sensor = renderer.replay.sensor(ids[0])
+            times = np.array([args.time if args.time is not None else _recorded_time(renderer.replay, sensor,
+                                                                                     args.frame)])
+        for t in times:
+            renderer.replay.check_time(float(t))
+        for actor in args.remove_actor or []:
+            renderer.remove_actor(actor)
+        for actor, offset in args.shift_actor or []:
+            renderer.shift_actor(actor, offset)
+        for actor, path in args.actor_track or []:
+            track = read_trajectory(path)
+            renderer.set_actor_track(actor, track.times_s, track.T_world)
+        copies = [renderer.duplicate_actor(actor, offset) for actor, offset in args.duplicate_actor or []]
+        offset = None
+        if any(v != 0.0 for v in (args.lateral_offset, args.height_offset, args.yaw_offset)):
+            offset = rig_offset_transform(args.lateral_offset, args.height_offset, args.yaw_offset)
+        with _bar(len(times), f"render {', '.join(ids)}", args.no_progress) as bar:
+            written = render_frames(renderer, times, args.out, cameras, lidars, rig=rig, rig_offset=offset,
+                                    depth=not args.no_depth, downscale=args.downscale, fps=args.fps,
+                                    overwrite=args.overwrite, actor_time=args.actor_time, progress=bar.update)
+        what = f"{len(times)} time{'s' * (len(times) > 1)} from {times[0]:.3f} s to {times[-1]:.3f} s"
+        print(f"{', '.join(ids)}: {what}" + (f"; copies {', '.join(copies)}" if copies else ""))
+    except FileExistsError as err:
+        print(exists_message("render", err), file=sys.stderr)
+        return 2
+    except OptionError as err:
+        print(f"render: {err.for_flag('--' + err.option)}", file=sys.stderr)
+        return 2
+    except (ReplayError, BuildError, ValueError) as err:
+        print(f"render: {err}", file=sys.stderr)
+        return 1
+    _print_written(written)
     return 0
 
 
@@ -711,16 +810,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser(
-        "render", help="replay: render a camera or lidar of an exported scene from its USD alone",
+        "render", help="replay: render cameras and lidars of an exported scene from its USD alone, on the recorded "
+                       "path or a novel one, with actors removed, moved or duplicated",
         description="Open SCENE's USD (root.usda, a .usdz, an export folder or a run folder), evaluate the rig and "
                     "the actors at the requested time with USD, and render the sensor: a camera to a PNG; a lidar "
                     "to a .ply of its returns (lidar frame, capture intensity units) plus <stem>_range.png. "
                     "Times are seconds since the capture start. A sequence (--start/--end/--fps) goes to a folder "
-                    "of numbered frames, or to a video when OUT ends in .mp4 or .avi (needs OpenCV). Exit 1 with "
-                    "one line naming the file when SCENE is not a USD stage USD can read or not a nurec_usd "
-                    "export, 2 on a usage error.")
+                    "of numbered frames, or to a video when OUT ends in .mp4 or .avi (needs OpenCV). "
+                    "With --trajectory, a rig offset, an actor edit or several sensors, the scene is drawn by "
+                    "nurec_usd.render.Renderer, and each camera frame gets a depth PNG beside it "
+                    "(<frame>_depth.png: 16-bit, millimetres along the camera's z axis, 0 where there is no "
+                    "surface or it is beyond 65.535 m). Exit 1 with one line naming the file when SCENE is not a "
+                    "USD stage USD can read or not a nurec_usd export, or when a trajectory file has a bad value "
+                    "(naming its row and field); 2 on a usage error.")
     p.add_argument("scene", type=Path, help="root.usda / .usdz, an export folder, or a run folder (RUN/usd)")
-    p.add_argument("--sensor", required=True, help="camera or lidar id (or its prim name under /World/Rig)")
+    p.add_argument("--sensor", required=True, action="append",
+                   help="camera or lidar id (or its prim name under /World/Rig); repeat it or separate ids with "
+                        "commas for several sensors, or 'all'")
     p.add_argument("--time", type=flag_type("float"), default=None, metavar="T", help="render at T seconds")
     p.add_argument("--frame", type=flag_type("int", 0), default=None, metavar="N",
                    help="render at the time of the sensor's N-th recorded frame or sweep (from 0)")
@@ -728,9 +834,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--end", type=flag_type("float"), default=None, metavar="E",
                    help="sequence end, seconds (inclusive; not before --start)")
     p.add_argument("--fps", type=flag_type("float", 0, 1000, low_open=True), default=10.0,
-                   help="sequence rate, > 0 and up to 1000 (default: 10)")
+                   help="sequence rate (and a video's), > 0 and up to 1000 (default: 10)")
+    p.add_argument("--trajectory", type=Path, default=None, metavar="FILE",
+                   help="render along timed rig poses, one frame per pose: a .csv with the header "
+                        "t_s,tx,ty,tz,qw,qx,qy,qz or a .json {\"poses\": [{\"t_s\": ..., \"tx\": ..., ...}]} "
+                        "(rig -> world in the scene's world frame, seconds since the capture start; see the README)")
+    p.add_argument("--lateral-offset", type=flag_type("float", -1000, 1000), default=0.0, metavar="M",
+                   help="move the rig M metres along its own +y axis (left, for a rig with x forward, y left, "
+                        "z up), on the recorded path or the --trajectory")
+    p.add_argument("--height-offset", type=flag_type("float", -1000, 1000), default=0.0, metavar="M",
+                   help="move the rig M metres along its own +z axis (up)")
+    p.add_argument("--yaw-offset", type=flag_type("float", -360, 360), default=0.0, metavar="DEG",
+                   help="turn the rig DEG degrees about its own z axis (counter-clockwise seen from above)")
+    p.add_argument("--remove-actor", action="append", metavar="ID",
+                   help="leave actor ID (its track id, or its prim name under /World/Actors) out of every sensor; "
+                        "repeat for several")
+    p.add_argument("--shift-actor", action="append", type=_actor_value("shift_actor", "offset"), metavar="ID=X,Y,Z",
+                   help="move actor ID's whole track by X,Y,Z metres in the world frame; repeatable")
+    p.add_argument("--actor-track", action="append", type=_actor_value("actor_track", "file"), metavar="ID=FILE",
+                   help="give actor ID a new track: box -> world poses in the --trajectory layout (it is drawn "
+                        "over the new track's time span); repeatable")
+    p.add_argument("--duplicate-actor", action="append", type=_actor_value("duplicate_actor", "offset"),
+                   metavar="ID=X,Y,Z",
+                   help="draw a copy of actor ID on its (possibly shifted or new) track moved by X,Y,Z metres "
+                        "in the world frame, named ID_copy1, ID_copy2, ...; repeatable")
+    p.add_argument("--actor-time", choices=["readout", "batch"], default="readout",
+                   help="readout (default): each camera sees the actors at the middle of its own readout, as "
+                        "replay does; batch: cameras of one resolution are drawn in one render with the actors "
+                        "placed once, at the mean of their mid-readouts, as in training (faster)")
+    p.add_argument("--no-depth", action="store_true", help="no depth PNGs beside the camera frames")
     p.add_argument("-o", "--out", required=True, type=Path,
-                   help="camera: FILE.png; lidar: FILE.ply; sequence: a folder, or FILE.mp4 / FILE.avi")
+                   help="camera: FILE.png; lidar: FILE.ply; sequence, trajectory or several sensors: a folder, or "
+                        "FILE.mp4 / FILE.avi for one sensor")
     p.add_argument("--downscale", type=flag_type("int", 1, 64), default=1, metavar="K",
                    help="camera images K times smaller, 1 to 64, leaving at least 16 pixels on a side")
     p.add_argument("--device", default="auto", type=device_type,

@@ -203,6 +203,23 @@ class Replay:
         self._geometry: dict[tuple[str, int], CameraGeometry] = {}
         self._lidar_templates: dict[str, LidarBatch] = {}
 
+    @property
+    def renderer(self) -> SceneRenderer:
+        """The renderer replay draws with: the stage's sky, the cameras' exposures and the SH degree.
+        Its scene holds no Gaussians: pass placed ones (``placed=``)."""
+        return self._renderer
+
+    @property
+    def actor_splats(self) -> _Splats | None:
+        """Every actor's Gaussians in its own prim's frame, concatenated in ``actor_paths`` order
+        (``actor_of`` gives each row's actor); None without actors."""
+        return self._actor_splats
+
+    @property
+    def actor_of(self) -> torch.Tensor | None:  # [Na] long
+        """The index into ``actor_paths`` of each row of ``actor_splats``; None without actors."""
+        return self._actor_of
+
     # -- reading ----------------------------------------------------------------------------
 
     def _children(self, path: str) -> list:

@@ -1,5 +1,7 @@
 """Files written by ``python -m nurec_usd render``: camera PNGs, lidar sweeps as ``.ply`` with a
-range-image PNG, sequences as numbered frames or a video.
+range-image PNG, sequences as numbered frames or a video; and, through
+:class:`~nurec_usd.render.renderer.Renderer` (novel trajectories, edited actors, several sensors),
+camera frames with 16-bit depth PNGs (:func:`depth_png`) and lidar sweeps (:func:`render_frames`).
 
 Every output appears complete or not at all: single files are written under a temporary name
 and moved into place; a sequence folder is staged and moved into place when its last frame is done.
@@ -9,7 +11,7 @@ Missing parent folders of the output are created (a parent that is a file is ref
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 import torch
@@ -20,7 +22,8 @@ from nurec_usd.render.lidar import LidarRender
 from nurec_usd.replay import Replay, ReplayError, StageCamera, StageLidar
 from nurec_usd.scene.pictures import range_picture, to_uint8
 
-__all__ = ["lidar_points", "write_points_ply", "render_one", "render_sequence", "sequence_times", "VIDEO_SUFFIXES"]
+__all__ = ["lidar_points", "sweep_points", "write_points_ply", "render_one", "render_sequence", "sequence_times",
+           "render_frames", "depth_png", "write_video", "save_png", "atomic_bytes", "VIDEO_SUFFIXES", "DEPTH_PNG_MAX_M"]
 
 VIDEO_SUFFIXES = (".mp4", ".avi")
 # A ray returns when its modelled hit probability passes this (as in evaluation).
@@ -33,15 +36,23 @@ _PLY_TYPES = {"<f4": "float", "<u2": "ushort", "<u4": "uint"}
 def lidar_points(render: LidarRender, lidar: StageLidar) -> np.ndarray:
     """The returns of a rendered sweep as a structured array (``POINT_DTYPE``): points in the lidar
     frame at each column's firing time, intensity in the capture's units, channel and column."""
-    hit = (render.hit_prob > HIT) & (render.range > 0)  # [C, W]
-    dirs = lidar.model.ray_directions().to(render.range.device)  # [C, W, 3]
+    return sweep_points(render.range, render.hit_prob, render.intensity * lidar.intensity_scale, lidar)
+
+
+def sweep_points(ranges: torch.Tensor,  # [C, W] metres
+                 hit_prob: torch.Tensor,  # [C, W]
+                 intensity: torch.Tensor,  # [C, W] in the capture's units
+                 lidar: StageLidar) -> np.ndarray:
+    """The returns (hit probability above ``HIT``) of a sweep as a structured array (``POINT_DTYPE``)."""
+    hit = (hit_prob > HIT) & (ranges > 0)  # [C, W]
+    dirs = lidar.model.ray_directions().to(ranges.device)  # [C, W, 3]
     ch, col = torch.nonzero(hit, as_tuple=True)
-    r = render.range[hit]
+    r = ranges[hit]
     xyz = (dirs[ch, col] * r[:, None].to(dirs.dtype)).float()
     out = np.empty(int(r.numel()), POINT_DTYPE)
     host = lambda t: t.detach().cpu().numpy()  # noqa: E731
     out["x"], out["y"], out["z"] = (host(xyz[:, i]) for i in range(3))
-    out["intensity"] = host(render.intensity[hit] * lidar.intensity_scale)
+    out["intensity"] = host(intensity[hit])
     out["range"] = host(r)
     out["channel"], out["column"] = host(ch), host(col)
     return out
@@ -55,11 +66,12 @@ def write_points_ply(points: np.ndarray, path: str | Path, comment: str = "") ->
     header.append(f"element vertex {len(points)}")
     header += [f"property {_PLY_TYPES[points.dtype[name].str]} {name}" for name in points.dtype.names]
     header.append("end_header")
-    _atomic_bytes(path, ("\n".join(header) + "\n").encode("ascii") + np.ascontiguousarray(points).tobytes())
+    atomic_bytes(path, ("\n".join(header) + "\n").encode("ascii") + np.ascontiguousarray(points).tobytes())
     return path
 
 
-def _atomic_bytes(path: Path, data: bytes) -> None:
+def atomic_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` under a temporary name, then move it into place."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         with naming(path):
@@ -69,7 +81,8 @@ def _atomic_bytes(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _save_png(array: np.ndarray, path: Path) -> None:
+def save_png(array: np.ndarray, path: Path) -> None:
+    """A PNG of an ``[H, W, 3]`` uint8 or ``[H, W]`` uint16 array, written under a temporary name first."""
     from PIL import Image
 
     tmp = path.with_name(f".{path.name}.tmp")
@@ -82,8 +95,12 @@ def _save_png(array: np.ndarray, path: Path) -> None:
 
 
 def _range_png(render: LidarRender, lidar: StageLidar) -> np.ndarray:
-    order = torch.argsort(lidar.model.elevation_deg, descending=True).to(render.range.device)  # highest on top
-    pred = torch.where(render.hit_prob > HIT, render.range, torch.zeros_like(render.range))
+    return _range_picture(render.range, render.hit_prob, lidar)
+
+
+def _range_picture(ranges: torch.Tensor, hit_prob: torch.Tensor, lidar: StageLidar) -> np.ndarray:
+    order = torch.argsort(lidar.model.elevation_deg, descending=True).to(ranges.device)  # highest on top
+    pred = torch.where(hit_prob > HIT, ranges, torch.zeros_like(ranges))
     return range_picture(pred[order], lidar.model.max_range_m)
 
 
@@ -101,7 +118,7 @@ def render_one(replay: Replay, sensor_name: str, t_s: float, out: str | Path, do
         if out.suffix.lower() != ".png":
             raise ReplayError(f"{out}: a camera renders to a .png file")
         ensure_folder(out.parent)  # as build and export do for their output folders
-        _save_png(to_uint8(replay.render_camera(sensor.id, t_s, downscale)), out)
+        save_png(to_uint8(replay.render_camera(sensor.id, t_s, downscale)), out)
         return [out]
     if out.suffix.lower() != ".ply":
         raise ReplayError(f"{out}: a lidar renders to a .ply file (a range-image PNG is written beside it)")
@@ -111,7 +128,7 @@ def render_one(replay: Replay, sensor_name: str, t_s: float, out: str | Path, do
                "points in the lidar frame at each column's firing time; intensity in capture units")
     write_points_ply(lidar_points(render, sensor), out, comment)
     picture = out.with_name(f"{out.stem}_range.png")
-    _save_png(_range_png(render, sensor), picture)
+    save_png(_range_png(render, sensor), picture)
     return [out, picture]
 
 
@@ -154,6 +171,14 @@ def render_sequence(replay: Replay, sensor_name: str, times: np.ndarray, out: st
 
 def _video(replay: Replay, sensor, times: np.ndarray, out: Path, downscale: int, fps: float, overwrite: bool,
            progress: Callable[[], None] | None) -> Path:
+    return write_video((_picture(replay, sensor, float(t), downscale) for t in times), out, fps, overwrite, progress)
+
+
+def write_video(frames: Iterable[np.ndarray], out: str | Path, fps: float, overwrite: bool = False,
+                progress: Callable[[], None] | None = None) -> Path:
+    """A video of ``[H, W, 3]`` uint8 RGB frames (``.mp4``: MPEG-4 part 2; ``.avi``: Motion JPEG), written
+    under a temporary name and moved into place when its last frame is in; needs OpenCV."""
+    out = Path(out)
     try:
         import cv2
     except ImportError as err:
@@ -165,8 +190,7 @@ def _video(replay: Replay, sensor, times: np.ndarray, out: Path, downscale: int,
     tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
     writer = None
     try:
-        for t in times:
-            frame = _picture(replay, sensor, float(t), downscale)
+        for frame in frames:
             if writer is None:
                 fourcc = cv2.VideoWriter_fourcc(*("mp4v" if out.suffix.lower() == ".mp4" else "MJPG"))
                 writer = cv2.VideoWriter(str(tmp), fourcc, float(fps), (frame.shape[1], frame.shape[0]))
@@ -175,6 +199,8 @@ def _video(replay: Replay, sensor, times: np.ndarray, out: Path, downscale: int,
             writer.write(np.ascontiguousarray(frame[..., ::-1]))  # OpenCV wants BGR
             if progress:
                 progress()
+        if writer is None:
+            raise ReplayError(f"{out}: no frames to write")
         writer.release()
         writer = None
         tmp.replace(out)
@@ -183,3 +209,110 @@ def _video(replay: Replay, sensor, times: np.ndarray, out: Path, downscale: int,
             writer.release()
         tmp.unlink(missing_ok=True)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Renders through nurec_usd.render.renderer.Renderer: novel trajectories, edited actors, several sensors
+
+# Depth PNGs: 16-bit grey, millimetres along the camera's z axis; 0 where there is no depth.
+DEPTH_PNG_MAX_M = 65.535
+DEPTH_PNG_MIN_ALPHA = 0.5  # pixels less opaque than this show no surface (as the collision mesh's depth maps)
+
+
+def depth_png(depth: torch.Tensor,  # [H, W] expected camera-z depth, metres
+              alpha: torch.Tensor,  # [H, W]
+              ) -> np.ndarray:  # [H, W] uint16
+    """A depth image as 16-bit millimetres: round(1000 * depth), and 0 (no data) where the pixel is
+    less opaque than ``DEPTH_PNG_MIN_ALPHA`` or deeper than ``DEPTH_PNG_MAX_M``."""
+    mm = torch.round(depth.double() * 1000.0)
+    keep = (alpha >= DEPTH_PNG_MIN_ALPHA) & (mm > 0) & (mm <= 65535)
+    return torch.where(keep, mm, torch.zeros_like(mm)).to(torch.int32).cpu().numpy().astype(np.uint16)
+
+
+def render_frames(renderer, times: np.ndarray, out: str | Path, cameras: list[str], lidars: list[str],
+                  rig=None, rig_offset: torch.Tensor | None = None, depth: bool = True, downscale: int = 1,
+                  fps: float = 10.0, overwrite: bool = False, actor_time: str = "readout",
+                  progress: Callable[[], None] | None = None) -> list[Path]:
+    """Render sensors at ``times`` through a :class:`~nurec_usd.render.renderer.Renderer` (its actor
+    edits applied; ``rig`` and ``rig_offset`` as for ``Renderer.render``) into ``out``:
+
+    * a folder: per time index i, ``<camera>_<i>.png`` (and ``<camera>_<i>_depth.png`` with
+      ``depth``), ``<lidar>_<i>.ply`` and ``<lidar>_<i>_range.png``, and ``trajectory.csv``: the
+      rig pose of every time, in the layout ``render --trajectory`` reads;
+    * ``FILE.png``: one camera at one time (and ``FILE_depth.png``); ``FILE.ply``: one lidar at
+      one time (and ``FILE_range.png``);
+    * ``FILE.mp4`` / ``FILE.avi``: a video of one sensor (camera frames or lidar range images).
+    """
+    from nurec_usd.trajectory_file import write_trajectory_csv
+
+    out = Path(out)
+    suffix = out.suffix.lower()
+    sensors = [*cameras, *lidars]
+    names = {s: Path(renderer.replay.sensor(s).path).name for s in sensors}
+
+    def frame(t: float):
+        return renderer.render([t], cameras=cameras, lidars=lidars, rig=rig, rig_offset=rig_offset,
+                               depth=depth and suffix not in VIDEO_SUFFIXES, downscale=downscale,
+                               actor_time=actor_time, retry_overflow=True)  # files: complete renders
+
+    def write(r, folder: Path, stem: dict[str, str]) -> None:
+        for c in cameras:
+            f = r.cameras[c]
+            save_png(to_uint8(f.rgb[0]), folder / f"{stem[c]}.png")
+            if f.depth is not None:
+                save_png(depth_png(f.depth[0], f.alpha[0]), folder / f"{stem[c]}_depth.png")
+        for name in lidars:
+            s, lid = r.lidars[name], renderer.lidars[name]
+            comment = (f"nurec_usd render of lidar {name} at {float(r.times[0]):.6f} s\n"
+                       "points in the lidar frame at each column's firing time; intensity in capture units")
+            write_points_ply(sweep_points(s.range[0], s.hit_prob[0], s.intensity[0], lid),
+                             folder / f"{stem[name]}.ply", comment)
+            save_png(_range_picture(s.range[0], s.hit_prob[0], lid), folder / f"{stem[name]}_range.png")
+
+    if suffix in VIDEO_SUFFIXES:
+        if len(sensors) != 1:
+            raise ReplayError(f"{out}: a video shows one sensor; {len(sensors)} were asked for "
+                              "(give a folder for several)")
+
+        def pictures():
+            for t in times:
+                r = frame(float(t))
+                if cameras:
+                    yield to_uint8(r.cameras[cameras[0]].rgb[0])
+                else:
+                    s = r.lidars[lidars[0]]
+                    yield _range_picture(s.range[0], s.hit_prob[0], renderer.lidars[lidars[0]])
+
+        return [write_video(pictures(), out, fps, overwrite, progress)]
+    if suffix in (".png", ".ply"):
+        want = "camera" if suffix == ".png" else "lidar"
+        given = cameras if suffix == ".png" else lidars
+        if len(times) != 1 or len(sensors) != 1 or len(given) != 1:
+            raise ReplayError(f"{out}: a {suffix} file holds one {want} at one time; give a folder for several "
+                              "sensors or times")
+        if out.exists() and not overwrite:
+            raise OutputExistsError(out)
+        ensure_folder(out.parent)
+        r = frame(float(times[0]))
+        write(r, out.parent, {given[0]: out.stem})
+        extra = f"{out.stem}_depth.png" if suffix == ".png" else f"{out.stem}_range.png"
+        written = [out] + ([out.with_name(extra)] if (out.parent / extra).exists() else [])
+        if progress:
+            progress()
+        return written
+    if suffix:
+        raise ReplayError(f"{out}: render writes a folder, a .png (one camera), a .ply (one lidar) or a video "
+                          f"({', '.join(VIDEO_SUFFIXES)}); not {out.suffix}")
+    staged = StagedDirectory(out, overwrite=overwrite)
+    try:
+        for i, t in enumerate(times):
+            write(frame(float(t)), staged.path, {s: f"{names[s]}_{i:05d}" for s in sensors})
+            if progress:
+                progress()
+        poses = renderer.rig_pose(np.asarray(times, dtype=np.float64), rig=rig, rig_offset=rig_offset)
+        write_trajectory_csv(staged.path / "trajectory.csv", np.asarray(times), poses.cpu().numpy())
+    except BaseException:
+        staged.abort()
+        raise
+    final = staged.commit()
+    return sorted(final.iterdir())

@@ -8,7 +8,20 @@
 - ``graphed``: one set of Gaussians rendered from many camera poses by replaying a captured
   CUDA graph (simulators, RL rollouts, synthetic data).
 - ``reference``: a slow pure-torch twin of every kernel, for tests.
+- ``renderer``: :class:`Renderer`, a scene's cameras and lidars at any rig pose and time, batched,
+  with actors removed, moved or duplicated (rendering-only workflows: simulation, RL, synthetic data).
 
 Import the sub-modules directly (``from nurec_usd.render.camera import render_cameras``):
-each imports torch and Warp, which this package's ``__init__`` does not.
+each imports torch and Warp, which this package's ``__init__`` does not. ``Renderer`` is also
+``nurec_usd.render.Renderer``, imported on first use.
 """
+
+__all__ = ["Renderer"]
+
+
+def __getattr__(name: str):
+    if name == "Renderer":  # imported on first use: torch, Warp and USD stay out of ``import nurec_usd.render``
+        from nurec_usd.render.renderer import Renderer
+
+        return Renderer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
