@@ -515,8 +515,8 @@ class Renderer:
             geo = [self._camera_geometry(c, downscale) for c in cams]
             t0 = geo[0].template
             template = dataclasses.replace(
-                t0, model=torch.cat([g.template.model for g in geo]), params=torch.cat([g.template.params for g in geo]),
-                shutter=torch.cat([g.template.shutter for g in geo]),
+                t0, model=torch.cat([g.template.model for g in geo]),
+                params=torch.cat([g.template.params for g in geo]), shutter=torch.cat([g.template.shutter for g in geo]),
                 pinhole_global=all(g.template.pinhole_global for g in geo))
             lens = None if all(g.lens is None for g in geo) else torch.stack(
                 [g.lens if g.lens is not None else torch.ones_like(g.rays[..., 0], dtype=torch.bool) for g in geo])

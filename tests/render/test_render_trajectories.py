@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from actor_box import returns_in_box
 from conftest import QUICK
