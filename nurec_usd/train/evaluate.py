@@ -64,15 +64,16 @@ def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_s
         done = 0
         with part("frames"):
             for group in data.eval_groups:
+                views = data.camera_views(group)
                 target, mask = data.target_images(group)  # [C, H, W, 3], [C, H, W]
-                image = renderer.cameras(data.camera_views(group)).image.clamp(0, 1)
+                image = renderer.cameras(views).image.clamp(0, 1)
                 if mask is not None:  # masked-out pixels count as perfect, in SSIM as in PSNR
                     image = torch.where(mask[..., None], image, target)
-                baseline = baseline_colours[data.camera_views(group).camera_indices][:, None, None, :].expand_as(target)
-                views = range(len(group.frames))
+                baseline = baseline_colours[views.camera_indices][:, None, None, :].expand_as(target)
+                cams = range(len(group.frames))
                 pick = (lambda m, c: None) if mask is None else (lambda m, c: m[c])  # noqa: E731
                 scores = torch.stack([torch.stack((psnr(image[c], target[c], pick(mask, c)), fast_ssim(image[c], target[c]),
-                                                   psnr(baseline[c], target[c], pick(mask, c)))) for c in views])
+                                                   psnr(baseline[c], target[c], pick(mask, c)))) for c in cams])
                 pairs = to_uint8(torch.cat((image, target), dim=2)) if out_dir is not None else None
                 for c, (ref, (p, ss, bp)) in enumerate(zip(group.frames, scores.tolist())):
                     cam = data.cameras[ref.camera]
