@@ -279,7 +279,7 @@ class Renderer:
         actor Gaussians, moved into that prim's frame when the splat prim sits below it."""
         splats, owner = self.replay.actor_splats, self.replay.actor_of
         self._actor_splats = splats  # replaced by a copy if some rows must move into their actor's frame
-        actors = []
+        actors, seen = [], {}
         for i, path in enumerate(self.replay.actor_paths):
             splat_prim = self.replay.stage.GetPrimAtPath(path)
             prim = splat_prim.GetParent()  # /World/Actors/<name>: the keyed pose
@@ -297,9 +297,12 @@ class Renderer:
                 splats.means[rows] = (splats.means[rows].double() @ R.T + p).float()
                 splats.quats[rows] = quat_multiply(matrix_to_quat(R).float().expand(len(rows), 4), splats.quats[rows])
             T = path_keys.key_T.cpu()
-            track_id = prim.GetCustomDataByKey("nurec:trackId") or prim.GetName()
-            actors.append(_Actor(str(track_id), path_keys.key_times.cpu(), T[:, :3, 3].clone(),
-                                 _continuous(matrix_to_quat(T[:, :3, :3])), rows, str(track_id)))
+            track_id = str(prim.GetCustomDataByKey("nurec:trackId") or prim.GetName())
+            if track_id in seen:  # edits name actors by track id: one each
+                raise ReplayError(f"{self._where(prim)}: track id {track_id!r} is also {seen[track_id]}'s")
+            seen[track_id] = prim.GetPath()
+            actors.append(_Actor(track_id, path_keys.key_times.cpu(), T[:, :3, 3].clone(),
+                                 _continuous(matrix_to_quat(T[:, :3, :3])), rows, track_id))
         return actors
 
     # -- actors ---------------------------------------------------------------------------------
@@ -310,15 +313,21 @@ class Renderer:
         return [a.id for a in self._actors]
 
     def _actor(self, actor_id: str) -> _Actor:
+        """An actor drawn now, by track id or, for a name that is no track's, by its prim's name under
+        /World/Actors. A track id always wins: prim names and track ids can cross (the exporter names a
+        track "car-1" car_1 and a track "car_1" car_1_2), and a removed track must not be taken for
+        another actor's prim name."""
+        wanted = actor_id
+        if actor_id not in {a.id for a in [*self._stage_actors, *self._actors]}:
+            names = {Path(p).parent.name: a.id for p, a in zip(self.replay.actor_paths, self._stage_actors)}
+            wanted = names.get(actor_id, actor_id)
         for a in self._actors:
-            if a.id == actor_id:
+            if a.id == wanted:
                 return a
-        names = {Path(p).parent.name: a.id for p, a in zip(self.replay.actor_paths, self._stage_actors)}
-        if names.get(actor_id, actor_id) != actor_id:  # the prim name, where it differs from the track id
-            return self._actor(names[actor_id])
         removed = [a.id for a in self._stage_actors if a.id not in self.actor_ids]
-        hint = f" (removed: {', '.join(removed)})" if actor_id in removed else ""
-        raise ReplayError(f"{self.root}: no actor {actor_id!r}{hint}; the scene has "
+        hint = f" (removed: {', '.join(removed)})" if wanted in removed else ""
+        prim = f" (the track of the prim {actor_id})" if wanted != actor_id else ""
+        raise ReplayError(f"{self.root}: no actor {actor_id!r}{prim}{hint}; the scene has "
                           f"{', '.join(self.actor_ids) or 'none'}")
 
     def _edited(self) -> None:

@@ -86,6 +86,25 @@ def in_box(renderer: Renderer, sweeps, lidar: str, t: float, box: tuple[np.ndarr
     return returns_in_box((pts @ T[:3, :3].T + T[:3, 3]).numpy(), *box)
 
 
+@torch.no_grad()
+def test_opened_from_a_run_folder_or_its_root_file(renderer, tiny_run, tmp_path):
+    """The USD alone (the module's renderer), the run folder and root.usda itself open one scene."""
+    first = renderer.render([0.3], cameras=["front"], lidars=["top"], downscale=4)
+    want = first.cameras["front"].rgb.clone(), first.lidars["top"].range.clone()
+    for where in (tiny_run, tiny_run / "usd" / "root.usda"):
+        r = Renderer(where)
+        assert r.root == tiny_run / "usd" / "root.usda" and r.actor_ids == renderer.actor_ids
+        got = r.render([0.3], cameras=["front"], lidars=["top"], downscale=4)
+        torch.testing.assert_close(got.cameras["front"].rgb, want[0], atol=1e-6, rtol=0)
+        torch.testing.assert_close(got.lidars["top"].range, want[1], atol=1e-5, rtol=0)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ReplayError, match=r"empty: no root\.usda here or in .*empty/usd \(is it an export or run"):
+        Renderer(empty)
+    with pytest.raises(ReplayError, match=r"nowhere: no such file or folder"):
+        Renderer(tmp_path / "nowhere")
+
+
 # ---------------------------------------------------------------------------------------------
 # Agreement
 
@@ -348,3 +367,41 @@ def test_duplicating_an_actor_and_giving_one_a_new_track(fresh, replay):
     assert in_box(r, r.render([t], lidars=["top"]), "top", t, there) > 20
     with pytest.raises(ValueError, match=r"T_world_box must have shape \(2, 4, 4\)"):
         r.set_actor_track("car_01", [0.0, 1.0], T[:1])
+
+
+def test_actors_are_found_by_track_id_before_prim_name(usd_only, tmp_path):
+    """Track ids and prim names can cross (the exporter names a track "car-1" car_1 and a track "car_1"
+    car_1_2; a hand-written stage can say anything): swap the sample's two track ids. A name is a
+    track id first; a removed track is reported removed, never taken for another actor's prim name."""
+    from pxr import Usd
+
+    scene = tmp_path / "scene"
+    shutil.copytree(usd_only, scene)
+    stage = Usd.Stage.Open(str(scene / "actors.usdc"))
+    for prim, track in (("car_00", "car_01"), ("car_01", "car_00")):
+        stage.GetPrimAtPath(f"/World/Actors/{prim}").SetCustomDataByKey("nurec:trackId", track)
+    stage.GetRootLayer().Save()
+    r = Renderer(scene)
+    assert r.actor_ids == ["car_01", "car_00"]
+    r.remove_actor("car_00")  # the track car_00, drawn by the prim car_01
+    assert r.actor_ids == ["car_01"]
+    with pytest.raises(ReplayError, match=r"no actor 'car_00' \(removed: car_00\)"):
+        r.remove_actor("car_00")
+    assert r.actor_ids == ["car_01"]
+    r.remove_actor("car_01")
+    for name in ("car_00", "car_01"):
+        with pytest.raises(ReplayError, match=rf"no actor '{name}' \(removed: car_00, car_01\)"):
+            r.shift_actor(name, (0, 1, 0))
+
+
+def test_two_actors_with_one_track_id_are_refused(usd_only, tmp_path):
+    from pxr import Usd
+
+    scene = tmp_path / "scene"
+    shutil.copytree(usd_only, scene)
+    stage = Usd.Stage.Open(str(scene / "actors.usdc"))
+    stage.GetPrimAtPath("/World/Actors/car_01").SetCustomDataByKey("nurec:trackId", "car_00")
+    stage.GetRootLayer().Save()
+    with pytest.raises(ReplayError, match=r"/World/Actors/car_01: track id 'car_00' is also "
+                                          r"/World/Actors/car_00's"):
+        Renderer(scene)
