@@ -31,7 +31,7 @@ from nurec_usd.scene.views import CameraGeometry, camera_geometry, sensor_poses
 from nurec_usd.sensors.lidar import SpinningLidarModel
 from nurec_usd.sensors.se3 import matrix_to_quat, quat_multiply
 
-__all__ = ["Replay", "ReplayError", "StageCamera", "StageLidar", "check_layers", "find_root"]
+__all__ = ["Replay", "ReplayError", "StageCamera", "StageLidar", "check_layers"]
 
 # USD cameras look down -Z with +Y up; ours (OpenCV) down +Z with +Y down (the flip is its own inverse).
 _USD_TO_CV = torch.from_numpy(CV_TO_USD)
@@ -39,20 +39,6 @@ _USD_TO_CV = torch.from_numpy(CV_TO_USD)
 
 class ReplayError(ValueError):
     """A stage that replay cannot use, or a request it cannot serve; names the file and the field."""
-
-
-def find_root(path: str | Path) -> Path:
-    """The stage to open for ``path``: a ``.usda``/``.usdc``/``.usdz`` file, an export folder
-    holding ``root.usda``, or a run folder holding ``usd/root.usda``."""
-    path = Path(path)
-    if path.is_dir():
-        for candidate in (path / "root.usda", path / "usd" / "root.usda"):
-            if candidate.is_file():
-                return candidate
-        raise ReplayError(f"{path}: no root.usda here or in {path / 'usd'} (is it an export or run folder?)")
-    if not path.is_file():
-        raise ReplayError(f"{path}: no such file or folder")
-    return path
 
 
 def check_layers(root_layer) -> None:
@@ -139,7 +125,8 @@ class Replay:
     """A USD export opened for rendering at any time.
 
     Args:
-        root: ``root.usda`` / ``.usdz``, or a folder (see :func:`find_root`).
+        root: ``root.usda`` / ``.usdz``, an export folder (its ``root.usda``) or a run folder
+            (its ``usd/root.usda``); see :func:`nurec_usd.export.usd_check.stage_file`.
         device: where the Gaussians live and the renderers run.
     """
 
@@ -147,11 +134,13 @@ class Replay:
         register_schema()
         from pxr import UsdGeom
 
-        from nurec_usd.export.usd_check import StageOpenError, open_stage
+        from nurec_usd.export.usd_check import StageOpenError, open_stage, stage_file
 
-        self.root = find_root(root)
+        if not Path(root).exists():  # (a folder is meant as often as a file)
+            raise ReplayError(f"{root}: no such file or folder")
         self.device = torch.device(device)
         try:
+            self.root = stage_file(root)
             stage = open_stage(self.root, load_payloads=False)
         except StageOpenError as err:  # one line naming the file, not USD's exception
             raise ReplayError(str(err)) from None
