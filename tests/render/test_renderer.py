@@ -390,7 +390,7 @@ def test_actors_are_found_by_track_id_before_prim_name(usd_only, tmp_path):
     assert r.actor_ids == ["car_01"]
     r.remove_actor("car_01")
     for name in ("car_00", "car_01"):
-        with pytest.raises(ReplayError, match=rf"no actor '{name}' \(removed: car_00, car_01\)"):
+        with pytest.raises(ReplayError, match=rf"no actor '{name}' \(removed: car_01, car_00\)"):
             r.shift_actor(name, (0, 1, 0))
 
 
