@@ -752,7 +752,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true", help="build with --profile and print its tables")
     p.add_argument("--set", action="append", default=[], type=parse_option, metavar="KEY=VALUE",
                    help="a training or init option for every build (repeatable)")
-    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda:N")
+    p.add_argument("--device", default="auto", type=device_type, help="auto (default), cpu, cuda or cuda:N")
     p.add_argument("--out", type=Path, default=None, help="keep the run directories here (default: removed)")
     p.set_defaults(func=_cmd_bench)
 

@@ -665,6 +665,24 @@ def _dead_pid() -> int:
     return p.pid
 
 
+def test_an_atomic_file_replaces_whole_or_not_at_all(tmp_path):
+    from nurec_usd.capture.staging import atomic_file
+
+    path = tmp_path / "metrics.json"
+    path.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_file(path) as tmp:
+            assert tmp.parent == tmp_path and tmp.name == ".metrics.json.tmp"
+            tmp.write_text("half")
+            raise RuntimeError("the writer failed")
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]
+    with atomic_file(path, keep_suffix=True) as tmp:
+        assert tmp.name == ".metrics.tmp.json"
+        tmp.write_text("new")
+        assert path.read_text() == "old"  # in place only once the block ends
+    assert path.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]
+
+
 def test_stale_partials_are_removed_only_when_their_writer_is_gone(tmp_path):
     from nurec_usd.capture.staging import OWNER_FILE, StagedDirectory
 

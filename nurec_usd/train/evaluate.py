@@ -13,6 +13,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from nurec_usd.capture.prefetch import default_workers
+from nurec_usd.capture.staging import atomic_file
 from nurec_usd.scene.gaussians import Scene
 from nurec_usd.scene.init import spread_evenly
 from nurec_usd.scene.pictures import range_picture, to_uint8
@@ -172,6 +173,5 @@ def contact_sheet(rows: list[tuple[str, np.ndarray]], path: Path) -> None:
         draw.text((4, y + 2), f"{label}   (left: render, right: held-out image)", fill=(230, 230, 230))
         sheet.paste(Image.fromarray(img), (0, y + head))
         y += img.shape[0] + head
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    sheet.save(tmp, compress_level=1)
-    tmp.replace(path)
+    with atomic_file(path, keep_suffix=True) as tmp:  # PIL picks the format by the suffix
+        sheet.save(tmp, compress_level=1)
