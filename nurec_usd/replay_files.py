@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from nurec_usd.capture.staging import OutputExistsError, StagedDirectory, ensure_folder
+from nurec_usd.capture.staging import OutputExistsError, StagedDirectory, atomic_file, ensure_folder
 from nurec_usd.io_errors import naming
 from nurec_usd.render.lidar import LidarRender
 from nurec_usd.replay import Replay, ReplayError, StageCamera, StageLidar
@@ -72,26 +72,16 @@ def write_points_ply(points: np.ndarray, path: str | Path, comment: str = "") ->
 
 def atomic_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` under a temporary name, then move it into place."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with naming(path):
-            tmp.write_bytes(data)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_file(path) as tmp, naming(path):
+        tmp.write_bytes(data)
 
 
 def save_png(array: np.ndarray, path: Path) -> None:
     """A PNG of an ``[H, W, 3]`` uint8 or ``[H, W]`` uint16 array, written under a temporary name first."""
     from PIL import Image
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with naming(path):  # PIL's write errors carry no file name
-            Image.fromarray(array).save(tmp, format="PNG")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_file(path) as tmp, naming(path):  # PIL's write errors carry no file name
+        Image.fromarray(array).save(tmp, format="PNG")
 
 
 def _range_png(render: LidarRender, lidar: StageLidar) -> np.ndarray:
@@ -187,27 +177,23 @@ def write_video(frames: Iterable[np.ndarray], out: str | Path, fps: float, overw
     if out.exists() and not overwrite:
         raise OutputExistsError(out)
     ensure_folder(out.parent)
-    tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
     writer = None
-    try:
-        for frame in frames:
+    with atomic_file(out, keep_suffix=True) as tmp:  # OpenCV picks the container by the suffix
+        try:
+            for frame in frames:
+                if writer is None:
+                    fourcc = cv2.VideoWriter_fourcc(*("mp4v" if out.suffix.lower() == ".mp4" else "MJPG"))
+                    writer = cv2.VideoWriter(str(tmp), fourcc, float(fps), (frame.shape[1], frame.shape[0]))
+                    if not writer.isOpened():
+                        raise ReplayError(f"{out}: OpenCV could not open a video writer for this format")
+                writer.write(np.ascontiguousarray(frame[..., ::-1]))  # OpenCV wants BGR
+                if progress:
+                    progress()
             if writer is None:
-                fourcc = cv2.VideoWriter_fourcc(*("mp4v" if out.suffix.lower() == ".mp4" else "MJPG"))
-                writer = cv2.VideoWriter(str(tmp), fourcc, float(fps), (frame.shape[1], frame.shape[0]))
-                if not writer.isOpened():
-                    raise ReplayError(f"{out}: OpenCV could not open a video writer for this format")
-            writer.write(np.ascontiguousarray(frame[..., ::-1]))  # OpenCV wants BGR
-            if progress:
-                progress()
-        if writer is None:
-            raise ReplayError(f"{out}: no frames to write")
-        writer.release()
-        writer = None
-        tmp.replace(out)
-    finally:
-        if writer is not None:
-            writer.release()
-        tmp.unlink(missing_ok=True)
+                raise ReplayError(f"{out}: no frames to write")
+        finally:
+            if writer is not None:
+                writer.release()  # finishes the file before it is moved into place
     return out
 
 
