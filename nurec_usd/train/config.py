@@ -175,4 +175,12 @@ def make_config(preset: str = "fast", **overrides: Any) -> BuildConfig:
     cfg.init = dataclasses.replace(cfg.init, max_points=min(cfg.init.max_points, cfg.train.max_gaussians))
     for part in (cfg, cfg.train, cfg.init):  # the presets' own values too
         check_fields(part)
+    if cfg.train.ego_box not in ("auto", "off"):  # six numbers: also each lower corner below the upper
+        from nurec_usd.capture.ego import parse_box
+        from nurec_usd.options import OptionError
+
+        try:
+            parse_box(cfg.train.ego_box)
+        except ValueError as err:
+            raise OptionError("ego_box", cfg.train.ego_box, None, str(err).split(": ", 1)[-1]) from err
     return cfg
