@@ -10,7 +10,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 SAMPLE ?= samples/tiny
-DEMO_FLAGS ?= --steps 400 --downscale 2
+DEMO_FLAGS ?= --steps 100 --downscale 2
 
 .PHONY: demo test setup system-deps sample clean
 

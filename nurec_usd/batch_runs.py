@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from nurec_usd.batch_job import RunSpec
+from nurec_usd.capture.staging import atomic_file
 
 LIST_SUFFIXES = (".txt", ".lst", ".list")  # a file of capture paths, one a line
 RESERVED_NAMES = ("logs", "batch.json")
@@ -186,9 +187,8 @@ def format_table(runs: list[dict[str, Any]]) -> str:
 
 
 def _write_json_atomic(path: Path, value: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(value, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(value, indent=2, default=str) + "\n")
 
 
 @contextlib.contextmanager

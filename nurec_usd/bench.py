@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,8 +77,6 @@ def run_build(capture: Path, out: Path, options: Sequence[str] = (), python: str
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     to_usd = None
     lines: list[str] = []
-    import threading
-
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
     while proc.poll() is None:

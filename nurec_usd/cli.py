@@ -741,6 +741,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _identity(path: Path | None) -> tuple[int, int] | None:
+    """(device, inode) of ``path``, or None when it does not exist: tells a folder moved into place
+    from the one that was there before."""
+    try:
+        st = Path(path).stat() if path is not None else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_dev, st.st_ino)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (see the module docstring).
 
@@ -752,12 +762,19 @@ def main(argv: list[str] | None = None) -> int:
     from nurec_usd.io_errors import describe_os_error
 
     args = build_parser().parse_args(argv)
+    out = getattr(args, "out", None)
+    out_before = _identity(out)
     with interrupts.handled():
         try:
             return int(args.func(args))
         except KeyboardInterrupt as err:
-            out = getattr(args, "out", None)
-            left = f"; nothing was written to {out}" if out is not None else ""
+            # a signal can land after the output was moved into place, before the command returned
+            if out is None:
+                left = ""
+            elif _identity(out) not in (None, out_before):
+                left = f"; {out} had already been written"
+            else:
+                left = f"; nothing was written to {out}"
             print(f"{args.command}: stopped by {interrupts.describe(err)}{left}", file=sys.stderr)
             return interrupts.exit_code(err)
         except OSError as err:

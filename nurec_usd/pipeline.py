@@ -379,7 +379,9 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         from nurec_usd.train.trainer import Trainer
 
         steps = config.train.steps
-        profiler = StepProfiler(dev, start=steps // 2, steps=max(1, min(30, steps // 10)), enabled=profile)
+        # the window: mid-run; with a budget the step count is only a bound, so a fixed early window
+        window_start = steps // 2 if config.budget_s is None else min(steps // 2, 200)
+        profiler = StepProfiler(dev, start=window_start, steps=max(1, min(30, steps // 10)), enabled=profile)
         trainer = Trainer(scene, data, config.train, log=say, profiler=profiler)
         with clock("train"), progress_bar(steps, "train", "step", enabled=progress, postfix_follows=True) as bar:
             result = trainer.run(config.budget_s, progress=bar)

@@ -51,3 +51,21 @@ def shared_data_dir() -> Path | None:
         if c.is_dir():
             return c
     return None
+
+
+def assert_openusd_valid(stage) -> None:
+    """Every validator pxr registers passes on ``stage``."""
+    from pxr import UsdValidation
+
+    validators = UsdValidation.ValidationRegistry().GetOrLoadAllValidators()
+    errors = UsdValidation.ValidationContext(validators).Validate(stage)
+    assert not errors, [f"{e.GetName()}: {e.GetMessage()}" for e in errors]
+
+
+def assert_gaussian_splats_valid(stage) -> None:
+    """NVIDIA's Gaussian splat schema checker finds nothing on ``stage`` (skips without the validator)."""
+    uvn = pytest.importorskip("usd_validation_nvidia")
+    engine = uvn.ValidationEngine()
+    engine.enable_rule(uvn.GaussianSplatSchemaChecker)
+    issues = list(engine.validate(stage).issues)
+    assert not issues, [f"{i.rule}: {i.message} at {i.at}" for i in issues]

@@ -185,7 +185,9 @@ BUILD_OPTIONS = [
     ("set_lidar_every_negative", ["--set", "lidar_every=-1"], ["--set lidar_every=-1", "an integer >= 0"]),
     ("set_max_points_0", ["--set", "max_points=0"], ["--set max_points=0", "an integer from 1 to"]),
     ("set_grow_factor_shrinks", ["--set", "grow_factor=0.5"], ["--set grow_factor=0.5", "a number from 1 to 10"]),
-    ("set_refine_interval_0", ["--set", "refine_interval=0"], ["--set refine_interval=0", "an integer >= 1"]),
+    ("set_refine_every_fraction_0", ["--set", "refine_every_fraction=0"],
+     ["--set refine_every_fraction=0", "a number > 0 and <= 1"]),
+    ("set_lr_batch_scale", ["--set", "lr_batch_scale=cubic"], ["--set lr_batch_scale='cubic'", "one of 'none', 'sqrt', 'linear'"]),
     ("set_refine_stop_over_1", ["--set", "refine_stop_fraction=1.5"], ["--set refine_stop_fraction=1.5"]),
     ("set_bool_as_int", ["--set", "refine_tracks=1"], ["--set refine_tracks=1", "True or False"]),
     ("set_int_as_float", ["--set", "log_interval=2.5"], ["--set log_interval=2.5", "an integer >= 1"]),
@@ -673,6 +675,24 @@ def _dead_pid() -> int:
     return p.pid
 
 
+def test_an_atomic_file_replaces_whole_or_not_at_all(tmp_path):
+    from nurec_usd.capture.staging import atomic_file
+
+    path = tmp_path / "metrics.json"
+    path.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_file(path) as tmp:
+            assert tmp.parent == tmp_path and tmp.name == ".metrics.json.tmp"
+            tmp.write_text("half")
+            raise RuntimeError("the writer failed")
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]
+    with atomic_file(path, keep_suffix=True) as tmp:
+        assert tmp.name == ".metrics.tmp.json"
+        tmp.write_text("new")
+        assert path.read_text() == "old"  # in place only once the block ends
+    assert path.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]
+
+
 def test_stale_partials_are_removed_only_when_their_writer_is_gone(tmp_path):
     from nurec_usd.capture.staging import OWNER_FILE, StagedDirectory
 
@@ -760,9 +780,10 @@ class _Stderr:
         return "".join(line for line in self.lines if line is not None)
 
 
-def _start(*argv, capture_stdout: bool = False) -> subprocess.Popen:
+def _start(*argv, capture_stdout: bool = False, env: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "nurec_usd", *map(str, argv)], stderr=subprocess.PIPE,
-                            stdout=subprocess.PIPE if capture_stdout else subprocess.DEVNULL, cwd=REPO)
+                            stdout=subprocess.PIPE if capture_stdout else subprocess.DEVNULL, cwd=REPO,
+                            env=None if env is None else {**os.environ, **env})
 
 
 def test_sigterm_during_training_keeps_the_last_finished_step(handmade_capture, tmp_path):
@@ -842,15 +863,30 @@ def test_ctrl_c_during_initialisation_leaves_nothing(handmade_capture, tmp_path)
 
 def test_ctrl_c_during_export_leaves_nothing(small_run, tmp_path):
     out = tmp_path / "usd"
-    proc = _start("export", small_run, "-o", out, "--collision", "--device", "cpu")  # the mesh takes a while
+    # the mesh takes a while; a progress line after its first view (not only every 10 s) times the signal
+    proc = _start("export", small_run, "-o", out, "--collision", "--device", "cpu",
+                  env={"NUREC_USD_PROGRESS_INTERVAL_S": "0"})
     stderr = _Stderr(proc)
-    stderr.wait_for("collision mesh")
+    stderr.wait_for("collision mesh: 1/")
     proc.send_signal(signal.SIGINT)
     err = stderr.finish()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].endswith(f"export: stopped by Ctrl-C (SIGINT); nothing was written to {out}")
     assert leftovers(out) == []
+
+
+def test_ctrl_c_after_the_output_was_moved_into_place_says_so(small_run, tmp_path, monkeypatch, capsys):
+    import nurec_usd.cli as cli
+
+    def written_then_interrupted(args):
+        Path(args.out).mkdir()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_cmd_export", written_then_interrupted)
+    out = tmp_path / "usd"
+    assert cli.main(["export", str(small_run), "-o", str(out)]) == 130
+    assert capsys.readouterr().err.strip() == f"export: stopped by Ctrl-C (SIGINT); {out} had already been written"
 
 
 def test_a_usage_error_exits_2_from_a_real_process(handmade_capture, tmp_path):

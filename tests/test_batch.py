@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, assert_gaussian_splats_valid, assert_openusd_valid
 
 from nurec_usd.batch_runs import BatchError, batch, find_captures, run_names
 
@@ -71,20 +71,14 @@ def _assert_valid_run(run: Path) -> None:
     from nurec_usd.export.usd_schema import register_schema
 
     register_schema()
-    from pxr import Usd, UsdValidation
+    from pxr import Usd
 
     for name in ("scene.pt", "config.json", "manifest.json", "metrics.json", "usd/root.usda", "usd/background.usdc"):
         assert (run / name).is_file(), run / name
     assert json.loads((run / "manifest.json").read_text())["usd_export"] == "written"
     stage = Usd.Stage.Open(str(run / "usd" / "root.usda"))
-    validators = UsdValidation.ValidationRegistry().GetOrLoadAllValidators()
-    errors = UsdValidation.ValidationContext(validators).Validate(stage)
-    assert not errors, [f"{e.GetName()}: {e.GetMessage()}" for e in errors]
-    uvn = pytest.importorskip("usd_validation_nvidia")
-    engine = uvn.ValidationEngine()
-    engine.enable_rule(uvn.GaussianSplatSchemaChecker)
-    issues = list(engine.validate(stage).issues)
-    assert not issues, [f"{i.rule}: {i.message} at {i.at}" for i in issues]
+    assert_openusd_valid(stage)
+    assert_gaussian_splats_valid(stage)
 
 
 def _assert_first_batch(result, out: Path) -> None:

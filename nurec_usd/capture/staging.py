@@ -1,7 +1,8 @@
-"""Folders written all or nothing: built in a hidden sibling, moved into place whole."""
+"""Files and folders written all or nothing: built in a hidden sibling, moved into place whole."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -10,8 +11,28 @@ import shutil
 import socket
 import uuid
 from pathlib import Path
+from typing import Iterator
 
 OWNER_FILE = ".nurec_owner.json"  # inside a staging folder: which process writes it
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path, *, keep_suffix: bool = False) -> Iterator[Path]:
+    """A hidden temporary sibling of ``path`` to write in the block; moved onto ``path`` when the
+    block ends without an error (a rename: readers see the old file or the new one, never half of
+    one), removed when it raises.
+
+    ``keep_suffix``: the temporary name ends in ``path``'s suffix (``.NAME.tmp.png``), for writers
+    that choose the format from it (PIL, OpenCV, USD); otherwise it is ``.NAME.tmp``. Both forms are
+    shown as ``path`` in error messages (``nurec_usd.io_errors``).
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}" if keep_suffix else f".{path.name}.tmp")
+    try:
+        yield tmp
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 class OutputExistsError(FileExistsError):

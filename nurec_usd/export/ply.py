@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nurec_usd.capture.staging import atomic_file
 from nurec_usd.scene.gaussians import SH_COEFFS, GaussianParams
 
 MAX_SH_DEGREE = 3
@@ -126,15 +127,9 @@ def write_gaussian_ply(params: GaussianParams, sh_degree: int, path: str | Path,
     header = "".join(["ply\n", "format binary_little_endian 1.0\n", f"element vertex {n}\n",
                       *(f"property float {name}\n" for name in names), "end_header\n"])
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(header.encode("ascii"))
-            f.write(np.ascontiguousarray(table).reshape(-1).view(np.uint8))  # no copy
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as tmp, open(tmp, "wb") as f:
+        f.write(header.encode("ascii"))
+        f.write(np.ascontiguousarray(table).reshape(-1).view(np.uint8))  # no copy
     return path
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nurec_usd.capture.staging import atomic_file
 from nurec_usd.export.usd_schema import register_schema
 
 __all__ = ["ZIP_LIMIT_BYTES", "UsdzTooLarge", "package_usdz"]
@@ -62,11 +63,7 @@ def package_usdz(root: str | Path, out: str | Path, limit_bytes: int = ZIP_LIMIT
         raise UsdzTooLarge(f"{out}: the package would be about {total:,} bytes; a .usdz must stay under "
                            f"{limit_bytes:,} bytes (no ZIP64). Largest: {largest}. Keep the folder of layers "
                            "instead, or export fewer Gaussians (build --max-gaussians)")
-    tmp = out.with_name(f".{out.stem}.tmp.usdz")
-    try:
+    with atomic_file(out, keep_suffix=True) as tmp:  # USD picks the package writer by the suffix
         if not UsdUtils.CreateNewUsdzPackage(Sdf.AssetPath(str(root)), str(tmp)):
             raise RuntimeError(f"{out}: USD could not write the package (see its messages above)")
-        tmp.replace(out)
-    finally:
-        tmp.unlink(missing_ok=True)
     return out

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from nurec_usd.capture.staging import atomic_file
 from nurec_usd.io_errors import naming
 
 SH_COEFFS = 16  # degree 3
@@ -168,15 +169,10 @@ class Scene:
             "exposure": s.exposure, "sh_degree": s.sh_degree, "pose_corrections": s.pose_corrections,
             "world_offset_m": list(s.world_offset_m), "metadata": s.metadata,
         }
-        tmp = path.with_name(f".{path.name}.tmp")
         # through a file object: a failed write (a full disk) is then an OSError naming the file,
         # where torch's own file writer reports only "unexpected pos"
-        try:
-            with naming(path), open(tmp, "wb") as f:
-                torch.save(payload, f)
-            tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with atomic_file(path) as tmp, naming(path), open(tmp, "wb") as f:
+            torch.save(payload, f)
 
     @classmethod
     def load(cls, path: str | Path, device: torch.device | str = "cpu") -> "Scene":

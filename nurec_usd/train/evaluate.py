@@ -13,6 +13,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from nurec_usd.capture.prefetch import default_workers
+from nurec_usd.capture.staging import atomic_file
 from nurec_usd.scene.gaussians import Scene
 from nurec_usd.scene.init import spread_evenly
 from nurec_usd.scene.pictures import range_picture, to_uint8
@@ -64,15 +65,16 @@ def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_s
         done = 0
         with part("frames"):
             for group in data.eval_groups:
+                views = data.camera_views(group)
                 target, mask = data.target_images(group)  # [C, H, W, 3], [C, H, W]
-                image = renderer.cameras(data.camera_views(group)).image.clamp(0, 1)
+                image = renderer.cameras(views).image.clamp(0, 1)
                 if mask is not None:  # masked-out pixels count as perfect, in SSIM as in PSNR
                     image = torch.where(mask[..., None], image, target)
-                baseline = baseline_colours[data.camera_views(group).camera_indices][:, None, None, :].expand_as(target)
-                views = range(len(group.frames))
+                baseline = baseline_colours[views.camera_indices][:, None, None, :].expand_as(target)
+                cams = range(len(group.frames))
                 pick = (lambda m, c: None) if mask is None else (lambda m, c: m[c])  # noqa: E731
                 scores = torch.stack([torch.stack((psnr(image[c], target[c], pick(mask, c)), fast_ssim(image[c], target[c]),
-                                                   psnr(baseline[c], target[c], pick(mask, c)))) for c in views])
+                                                   psnr(baseline[c], target[c], pick(mask, c)))) for c in cams])
                 pairs = to_uint8(torch.cat((image, target), dim=2)) if out_dir is not None else None
                 for c, (ref, (p, ss, bp)) in enumerate(zip(group.frames, scores.tolist())):
                     cam = data.cameras[ref.camera]
@@ -171,6 +173,5 @@ def contact_sheet(rows: list[tuple[str, np.ndarray]], path: Path) -> None:
         draw.text((4, y + 2), f"{label}   (left: render, right: held-out image)", fill=(230, 230, 230))
         sheet.paste(Image.fromarray(img), (0, y + head))
         y += img.shape[0] + head
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    sheet.save(tmp, compress_level=1)
-    tmp.replace(path)
+    with atomic_file(path, keep_suffix=True) as tmp:  # PIL picks the format by the suffix
+        sheet.save(tmp, compress_level=1)

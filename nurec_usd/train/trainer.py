@@ -316,9 +316,9 @@ class Trainer:
                 losses, psnrs, overflowed, nonfinite = read
                 overflows += overflowed
                 if not bool(torch.isfinite(losses).all()) or nonfinite:
-                    what = (f"the loss became {float(losses[~torch.isfinite(losses)][0])}"
-                            if not bool(torch.isfinite(losses).all()) else f"{nonfinite} parameter values became "
-                                                                           f"NaN or infinite")
+                    bad = losses[~torch.isfinite(losses)]
+                    what = (f"the loss became {'NaN' if bool(bad[0].isnan()) else float(bad[0])}" if bad.numel()
+                            else f"{nonfinite} parameter values became NaN or infinite")
                     self._restore(checkpoint)
                     status = "diverged"
                     message = (f"{what} between steps {last_log + 1} and {done}; the scene was restored to the "

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import QUICK, REPO
+from conftest import QUICK, REPO, assert_gaussian_splats_valid, assert_openusd_valid
 
 pytest.importorskip("pxr")
 
@@ -269,7 +269,7 @@ def test_a_stage_that_is_not_an_export_is_named(tmp_path):
 def test_export_with_collision_usdz_and_ply(tiny_run, tmp_path, capsys):
     """``export --collision --usdz --ply``: every file, valid, the collision mesh composed at
     /World/Collision (loaded even when payloads are not), and the package replays."""
-    from pxr import Usd, UsdGeom, UsdValidation, UsdVol
+    from pxr import Usd, UsdGeom, UsdVol
 
     from nurec_usd.cli import main
 
@@ -280,14 +280,8 @@ def test_export_with_collision_usdz_and_ply(tiny_run, tmp_path, capsys):
     for name in ("root.usda", "collision.usdc", "scene.ply", "scene.usdz"):
         assert (out / name).is_file() and name in printed
     stage = Usd.Stage.Open(str(out / "root.usda"))
-    errors = UsdValidation.ValidationContext(UsdValidation.ValidationRegistry().GetOrLoadAllValidators()).Validate(
-        stage)
-    assert not errors, [f"{e.GetName()}: {e.GetMessage()}" for e in errors]
-    uvn = pytest.importorskip("usd_validation_nvidia")
-    engine = uvn.ValidationEngine()
-    engine.enable_rule(uvn.GaussianSplatSchemaChecker)
-    issues = list(engine.validate(stage).issues)
-    assert not issues, [f"{i.rule}: {i.message} at {i.at}" for i in issues]
+    assert_openusd_valid(stage)
+    assert_gaussian_splats_valid(stage)
 
     mesh = UsdGeom.Mesh(stage.GetPrimAtPath("/World/Collision/Mesh"))
     assert mesh and mesh.GetPurposeAttr().Get() == "guide"

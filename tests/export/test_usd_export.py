@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, assert_gaussian_splats_valid, assert_openusd_valid
 
 pytest.importorskip("pxr")
 
@@ -24,7 +24,7 @@ from nurec_usd.export.usd_schema import register_schema  # noqa: E402
 
 register_schema()  # before anything below uses pxr
 
-from pxr import Gf, Sdf, Usd, UsdGeom, UsdValidation, UsdVol  # noqa: E402
+from pxr import Gf, Sdf, Usd, UsdGeom, UsdVol  # noqa: E402
 
 from nurec_usd.export import usd_layers  # noqa: E402
 from nurec_usd.export.usd_layers import export_usd  # noqa: E402
@@ -155,17 +155,11 @@ def _attribute_specs(layer):
 
 
 def test_usd_validation_reports_no_errors(stage):
-    validators = UsdValidation.ValidationRegistry().GetOrLoadAllValidators()
-    errors = UsdValidation.ValidationContext(validators).Validate(stage)
-    assert not errors, [f"{e.GetName()}: {e.GetMessage()}" for e in errors]
+    assert_openusd_valid(stage)
 
 
 def test_nvidia_validator_reports_no_issues(stage):
-    uvn = pytest.importorskip("usd_validation_nvidia")
-    engine = uvn.ValidationEngine()
-    engine.enable_rule(uvn.GaussianSplatSchemaChecker)
-    issues = list(engine.validate(stage).issues)
-    assert not issues, [f"{i.rule}: {i.message} at {i.at}" for i in issues]
+    assert_gaussian_splats_valid(stage)
 
 
 # ---------------------------------------------------------------------------------------------

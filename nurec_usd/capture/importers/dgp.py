@@ -71,6 +71,7 @@ import numpy as np
 from nurec_usd.capture.errors import CaptureError, Problem
 from nurec_usd.capture.images import image_size
 from nurec_usd.capture.importers import sweep_cache
+from nurec_usd.capture.importers.common import invert_rigid, label, sensor_id
 from nurec_usd.capture.importers.problems import FieldError, Problems, relative
 # also this module's (in __all__): the cache folder, and the channel table the importers share
 from nurec_usd.capture.importers.sweep_cache import cache_root, estimate_channel_table
@@ -240,23 +241,6 @@ def _pose(obj: Any, where: str) -> tuple[np.ndarray, bool]:
     T[:3, :3] = quat_to_matrix(q / norm)
     T[:3, 3] = t
     return T, True
-
-
-def _invert(T: np.ndarray) -> np.ndarray:
-    out = np.eye(4)
-    out[:3, :3] = T[:3, :3].T
-    out[:3, 3] = -T[:3, :3].T @ T[:3, 3]
-    return out
-
-
-def _sensor_id(name: str) -> str:
-    """A DGP datum name as a sensor id of our format (letters, digits, ``_ - .``)."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "sensor"
-
-
-def _label(name: str) -> str:
-    key = name.strip().lower()
-    return LABELS.get(key) or re.sub(r"[^a-z0-9]+", "_", key).strip("_") or "unknown"
 
 
 # --------------------------------------------------------------------------------------
@@ -628,7 +612,7 @@ class _SceneLoader:
             if d.T_world_sensor is None:
                 unposed.add(d.name)
                 continue
-            T = d.T_world_sensor @ _invert(calib[d.name].T_vehicle_sensor)
+            T = d.T_world_sensor @ invert_rigid(calib[d.name].T_vehicle_sensor)
             if d.timestamp_us in poses:
                 disagree = max(disagree, float(np.abs(poses[d.timestamp_us][0][:3, 3] - T[:3, 3]).max()))
             else:
@@ -696,7 +680,7 @@ class _SceneLoader:
         if model is None:
             return None
         T_rig_camera = cal.T_vehicle_sensor.copy()
-        return Camera(_sensor_id(name), model, width, height, intrinsics, T_rig_camera,
+        return Camera(sensor_id(name), model, width, height, intrinsics, T_rig_camera,
                       RollingShutter("global", 0), tuple(frames))
 
     # -- lidars -------------------------------------------------------------------------
@@ -726,14 +710,14 @@ class _SceneLoader:
         if self.found.items or not sweeps:
             return None, {}
         try:
-            spec = convert_sweeps(_sensor_id(name), sweeps)
+            spec = convert_sweeps(sensor_id(name), sweeps)
         except _SweepError as exc:
             self.found.add(exc.file, exc.field, exc.message)
             return None, {}
         except OSError as exc:
             self.found.add(str(cache_root()), "", f"cannot write the converted sweeps of {name!r} ({exc})")
             return None, {}
-        return sweep_cache.lidar_from_spec(spec, _sensor_id(name), cal.T_vehicle_sensor)
+        return sweep_cache.lidar_from_spec(spec, sensor_id(name), cal.T_vehicle_sensor)
 
     # -- tracks -------------------------------------------------------------------------
 
@@ -820,7 +804,7 @@ class _SceneLoader:
             items = _get(_read_json(path, rel, self.root), "items", "", list)
             out = {}
             for i, item in enumerate(items):
-                out[int(_number(item, "id", f"items[{i}]"))] = _label(_get(item, "name", f"items[{i}]", str))
+                out[int(_number(item, "id", f"items[{i}]"))] = label(_get(item, "name", f"items[{i}]", str), LABELS)
             return out
         except CaptureError as err:
             self.found.items.extend(err.problems)

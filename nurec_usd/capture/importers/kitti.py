@@ -111,6 +111,7 @@ import numpy as np
 from nurec_usd.capture.errors import CaptureError, Problem
 from nurec_usd.capture.images import IMAGE_SUFFIXES, image_size
 from nurec_usd.capture.importers import sweep_cache
+from nurec_usd.capture.importers.common import invert_rigid
 from nurec_usd.capture.importers.sweep_cache import estimate_channel_table
 from nurec_usd.capture.model import Camera, CameraFrame, Capture, Lidar, RigTrajectory, RollingShutter
 from nurec_usd.capture.paths import ensure_inside
@@ -401,14 +402,7 @@ def rectified_camera(P: np.ndarray, R_rect_00: np.ndarray, T_cam0_velo: np.ndarr
     R[:3, :3] = R_rect_00
     T_cam_velo = T_cam_rect0 @ R @ T_cam0_velo
     intrinsics = {"fx": float(fx), "fy": float(fy), "cx": float(K[0, 2]), "cy": float(K[1, 2])}
-    return intrinsics, _invert(T_cam_velo)
-
-
-def _invert(T: np.ndarray) -> np.ndarray:
-    out = np.eye(4)
-    out[:3, :3] = T[:3, :3].T
-    out[:3, 3] = -T[:3, :3].T @ T[:3, 3]
-    return out
+    return intrinsics, invert_rigid(T_cam_velo)
 
 
 def _hat(w: np.ndarray) -> np.ndarray:
@@ -577,7 +571,7 @@ class _LidarOdometry:
             fitness = 0.0
             for _ in range(ICP_ITERATIONS):
                 T, fitness = self._register(self._deskew(points, dt, self.velocity), T)
-                self.velocity = _twist(_invert(prev_T) @ T, span_s)
+                self.velocity = _twist(invert_rigid(prev_T) @ T, span_s)
                 if self.raw:  # the first scan was deskewed without a velocity: again, with this one
                     first, first_dt = self.raw[0]
                     self.map.clear()
@@ -946,7 +940,7 @@ class _DriveLoader:
 
         # Rig frame: oxts when present, else the velodyne.
         if oxts is not None:
-            T_rig_velo = _invert(T_velo_imu) if T_velo_imu is not None else np.eye(4)
+            T_rig_velo = invert_rigid(T_velo_imu) if T_velo_imu is not None else np.eye(4)
             rig_frame = "oxts (GPS/IMU unit: x forward, y left, z up)"
         else:
             T_rig_velo = np.eye(4)

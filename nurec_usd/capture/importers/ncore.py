@@ -80,6 +80,7 @@ import numpy as np
 
 from nurec_usd.capture.errors import CaptureError, Problem
 from nurec_usd.capture.importers import sweep_cache
+from nurec_usd.capture.importers.common import invert_rigid, label, sensor_id
 from nurec_usd.capture.importers.problems import FieldError, Problems, relative
 from nurec_usd.capture.importers.sweep_cache import estimate_channel_table
 from nurec_usd.capture.model import Capture
@@ -317,13 +318,6 @@ def _cache_key(inputs: _Inputs, instances: dict[str, str]) -> str:
 # Small geometry helpers
 
 
-def _invert(T: np.ndarray) -> np.ndarray:
-    out = np.eye(4)
-    out[:3, :3] = T[:3, :3].T
-    out[:3, 3] = -T[:3, :3].T @ T[:3, 3]
-    return out
-
-
 def _rigid(T: Any, field: str) -> np.ndarray:
     """A finite 4x4 rigid transform as float64, re-orthonormalised (NCore may store float32)."""
     T = np.asarray(T, dtype=np.float64)
@@ -362,19 +356,6 @@ def _rotation_between(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return 2 * np.outer(axis, axis) - np.eye(3)  # 180 degrees about an axis perpendicular to a
     K = np.array([[0, -v[2], v[1]], [v[2], 0, -v[0]], [-v[1], v[0], 0]])
     return np.eye(3) + K + K @ K / (1 + c)
-
-
-def _sensor_id(name: str) -> str:
-    """An NCore sensor / track name as an id of our format (letters, digits, ``_ - .``)."""
-    out = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-    if not out or out[0] in ".-":
-        out = "_" + out
-    return out[:128]
-
-
-def _label(name: str) -> str:
-    key = re.sub(r"[^a-z0-9]+", "_", name.strip().lower()).strip("_")
-    return LABELS.get(key, key) or "unknown"
 
 
 # --------------------------------------------------------------------------------------
@@ -593,7 +574,7 @@ class _Converter:
         self.found.raise_if_any()
         ids: dict[str, str] = {}
         for name in [*cameras, *lidars]:
-            sid = _sensor_id(name)
+            sid = sensor_id(name)
             if sid in ids:
                 self.found.add(cameras.get(name, lidars.get(name)).file, name,
                                f"sensor ids {ids[sid]!r} and {name!r} both become {sid!r}")
@@ -664,7 +645,7 @@ class _Converter:
                 self.found.add(inst.file, exc.field, exc.message)
                 continue
             self.static.setdefault(src, []).append((dst, T))  # maps src points into dst: our T_dst_src
-            self.static.setdefault(dst, []).append((src, _invert(T)))
+            self.static.setdefault(dst, []).append((src, invert_rigid(T)))
         for (src, dst), (T, ts) in dynamic_items:
             dynamic[(src, dst)] = (np.asarray(T, dtype=np.float64), np.asarray(ts, dtype=np.uint64))
         if ("rig", "world") in dynamic:
@@ -691,7 +672,7 @@ class _Converter:
             except FieldError as exc:
                 self.found.add(inst.file, exc.field, exc.message)
                 return
-            poses.append(_invert(Tk) if invert else Tk)
+            poses.append(invert_rigid(Tk) if invert else Tk)
         self.rig_us = ts.astype(np.int64)
         self.T_world_rig = np.stack(poses)
         # Our world must be Z-up: the rig's up axis, on average, should be near +Z.
@@ -708,7 +689,7 @@ class _Converter:
                               "rotated to be Z-up (metadata ncore.world.T_imported_ncore_world)")
         for dst, Tg in self.static.get("world", []):
             if dst == "world_global":  # maps world points into world_global
-                self.world_info["T_world_global_world"] = (Tg @ _invert(self.R_fix)).tolist()
+                self.world_info["T_world_global_world"] = (Tg @ invert_rigid(self.R_fix)).tolist()
         self.rig_interval = (int(self.rig_us[0]), int(self.rig_us[-1]))
 
     def T_rig(self, frame: str) -> np.ndarray | None:
@@ -747,7 +728,7 @@ class _Converter:
     # -- cameras ------------------------------------------------------------------------
 
     def _camera(self, inst: _Instance, intrinsics: _Instance, masks: _Instance | None) -> dict[str, Any] | None:
-        cam_id, reader = _sensor_id(inst.name), inst.reader
+        cam_id, reader = sensor_id(inst.name), inst.reader
         where = f"intrinsics/{intrinsics.name}.cameras.{inst.name}.camera_model_parameters"
         try:
             params = intrinsics.reader.get_camera_model_parameters(inst.name)
@@ -897,7 +878,7 @@ class _Converter:
         return out
 
     def _lidar(self, inst: _Instance, intrinsics: _Instance) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        lid_id = _sensor_id(inst.name)
+        lid_id = sensor_id(inst.name)
         T_rig_lidar = self._mounting(inst, "lidar")
         if T_rig_lidar is None:
             return None
@@ -1083,12 +1064,12 @@ class _Converter:
                 labels.append(obs.class_id)
             if not ts:
                 continue
-            tid = _sensor_id(track_id)
+            tid = sensor_id(track_id)
             while tid in ids:
                 tid = f"{tid}_"
             ids[tid] = track_id
             size = np.median(np.stack(dims), axis=0)
-            out.append({"id": tid, "class": _label(max(set(labels), key=labels.count)),
+            out.append({"id": tid, "class": label(max(set(labels), key=labels.count), LABELS),
                         "size_m": [float(v) for v in size], "timestamps_us": ts,
                         "T_world_box": [T.tolist() for T in poses]})
         if skipped:
@@ -1107,7 +1088,7 @@ class _Converter:
             if frame == "world_global":
                 for dst, T in self.static.get("world", []):
                     if dst == "world_global":
-                        return self.R_fix @ _invert(T)
+                        return self.R_fix @ invert_rigid(T)
             return f"reference frame {frame!r} is neither world, rig nor linked to the rig by static poses"
         if not self.rig_interval[0] <= t_us <= self.rig_interval[1]:
             return None
