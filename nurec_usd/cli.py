@@ -626,7 +626,9 @@ def _build_options(p: argparse.ArgumentParser, batch: bool = False) -> None:
     p.add_argument("--format", default=None, help="capture format, instead of detecting it")
     p.add_argument("--set", action="append", default=[], type=parse_option, metavar="KEY=VALUE",
                    help="any other training or init option, e.g. --set lidar_range_weight=0.5 (repeatable; a "
-                        "run's config.json lists them all with the values it used)")
+                        "run's config.json lists them all with the values it used); for real drives: ego_box "
+                        "(auto, off or x0,y0,z0,x1,y1,z1), ego_mask (auto, on, off), ego_mask_dir (a folder of "
+                        "<camera id>.png), frame_appearance (off, gain_bias, affine)")
     _export_options(p)
 
 

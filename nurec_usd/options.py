@@ -59,6 +59,8 @@ class Range:
     special: tuple = ()
     none_ok: bool = False
     choices: tuple = ()
+    pattern: str | None = None  # "str": the whole text must match this regular expression
+    forms: str = ""  # "str": what it takes, in words (for messages)
 
     def describe(self) -> str:
         """The range in words: ``an integer >= 1``, ``a number > 0 and <= 10``, ``True or False``."""
@@ -66,6 +68,8 @@ class Range:
             return "True or False"
         if self.kind == "choice":
             return "one of " + ", ".join(repr(c) for c in self.choices)
+        if self.kind == "str":
+            return self.forms or "text"
         noun = "an integer" if self.kind == "int" else "a number"
         fmt = (lambda v: str(int(v))) if self.kind == "int" else (lambda v: f"{v:g}")
         parts = []
@@ -95,6 +99,13 @@ class Range:
             if isinstance(value, str) and value in self.choices:
                 return value
             raise OptionError(name, value, self.describe())
+        if self.kind == "str":
+            if isinstance(value, (tuple, list)) and value and all(
+                    isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
+                value = ",".join(f"{v:g}" for v in value)  # the command line reads "1,2,3" as a tuple
+            if isinstance(value, str) and (self.pattern is None or re.fullmatch(self.pattern, value)):
+                return value
+            raise OptionError(name, value, self.describe())
         given = value
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise OptionError(name, given, self.describe())
@@ -120,16 +131,17 @@ _RANGE_KEY = "nurec_usd.range"
 
 def option(default: Any, kind: str | None = None, low: float | None = None, high: float | None = None, *,
            low_open: bool = False, high_open: bool = False, special: tuple = (), none_ok: bool = False,
-           choices: tuple = ()) -> Any:
+           choices: tuple = (), pattern: str | None = None, forms: str = "") -> Any:
     """A dataclass field with its default and its declared range.
 
-    ``kind`` is taken from the default (bool, int or float; "choice" with ``choices``) unless
-    given (needed when the default is None). ``low_open`` / ``high_open`` exclude the bound itself.
+    ``kind`` is taken from the default (bool, int or float; "choice" with ``choices``; "str" for
+    other text, whole-matching ``pattern`` when given, described by ``forms``) unless given
+    (needed when the default is None). ``low_open`` / ``high_open`` exclude the bound itself.
     """
     if kind is None:
         kind = ("choice" if choices else "bool" if isinstance(default, bool) else
-                "int" if isinstance(default, int) else "float")
-    declared = Range(kind, low, high, low_open, high_open, tuple(special), none_ok, tuple(choices))
+                "str" if isinstance(default, str) else "int" if isinstance(default, int) else "float")
+    declared = Range(kind, low, high, low_open, high_open, tuple(special), none_ok, tuple(choices), pattern, forms)
     if default is not None or not none_ok:
         declared.check("default", default)  # a default outside its own range is a typo here
     return dataclasses.field(default=default, metadata={_RANGE_KEY: declared})

@@ -318,16 +318,27 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
             with clock("read capture"):
                 cap = load_any(capture, format=format, **(load_options or {}))
             check_downscale({c.id: (c.width, c.height) for c in cap.cameras.values()}, config.train.downscale)
+            from nurec_usd.train import ego
             from nurec_usd.train.data import CaptureData
+
+            try:  # the ego vehicle's own returns and pixels are not trained on (nurec_usd.train.ego)
+                ego_given = ego.given_masks(cap, config.train.ego_mask_dir)
+            except ValueError as err:
+                raise BuildError(f"ego_mask_dir: {err}") from err
+            with clock("ego box"):
+                lidar_keep, ego_summary = ego.lidar_filter(cap, config.train.ego_box, config.train.eval_every, log=say)
 
             # The inputs are hashed while the images decode (hashlib and the decoders release the GIL).
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hash") as hasher:
                 hashed = hasher.submit(hash_inputs, cap)
                 with clock("decode"):
                     data = CaptureData(cap, dev, eval_every=config.train.eval_every, progress=say,
-                                       downscale=config.train.downscale, clock=clock)
+                                       downscale=config.train.downscale, clock=clock, lidar_keep=lidar_keep)
                 with clock("hash (after decoding)"):
                     inputs = hashed.result()
+            with clock("ego masks"):
+                ego_summary["cameras"] = ego.mask_cameras(cap, data, config.train.ego_mask, ego_given, log=say)
+            ego_summary["dropped_lidar_points"] = data.dropped_points
         if data.nonfinite_points:  # dropped while reading, as validate says
             say(f"note: dropped {data.nonfinite_points:,} lidar points with non-finite coordinates (NaN or "
                 f"infinity) from {data.nonfinite_sweeps} sweep{'s' if data.nonfinite_sweeps != 1 else ''}")
@@ -420,6 +431,9 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
                 except Exception as err:  # noqa: BLE001 - reported, the run itself is fine
                     say(f"note: replaying the USD export failed: {type(err).__name__}: {err}")
                     metrics["usd_replay_error"] = f"{type(err).__name__}: {err}"
+        metrics["ego"] = ego_summary
+        if trainer.appearance is not None:  # training only: the figures above are the exported scene's
+            metrics["frame_appearance"] = trainer.appearance.summary()
         metrics.update({"status": result.status, "steps": result.steps, "sh_degree": scene.sh_degree,
                         "gaussians": scene.num_gaussians,
                         "static_gaussians": len(scene.static), "actor_gaussians": len(scene.actors),

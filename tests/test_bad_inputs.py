@@ -193,6 +193,16 @@ BUILD_OPTIONS = [
     ("set_int_as_float", ["--set", "log_interval=2.5"], ["--set log_interval=2.5", "an integer >= 1"]),
     ("set_downscale_0", ["--set", "downscale=0"], ["--set downscale=0", "an integer from 1 to 64"]),
     ("set_unknown", ["--set", "lidar_range_weigth=1"], ["did you mean 'lidar_range_weight'"]),
+    ("set_ego_mask_maybe", ["--set", "ego_mask=maybe"], ["--set ego_mask='maybe'", "one of 'auto', 'on', 'off'"]),
+    ("set_ego_box_five", ["--set", "ego_box=1,2,3,4,5"], ["--set ego_box='1,2,3,4,5'", "six numbers"]),
+    ("set_ego_box_inverted", ["--set", "ego_box=1,0,0,0,1,1"], ["--set ego_box='1,0,0,0,1,1'", "x0 < x1"]),
+    ("set_frame_appearance_curves", ["--set", "frame_appearance=curves"],
+     ["--set frame_appearance='curves'", "one of 'off', 'gain_bias', 'affine'"]),
+    ("set_lr_frame_appearance_negative", ["--set", "lr_frame_appearance=-1"],
+     ["--set lr_frame_appearance=-1", "a number from 0 to 10"]),
+    ("set_frame_appearance_reg_huge", ["--set", "frame_appearance_reg=1e6"],
+     ["--set frame_appearance_reg=1000000.0", "a number from 0 to 1000"]),
+    ("set_ego_mask_dir_number", ["--set", "ego_mask_dir=3"], ["--set ego_mask_dir=3", "a folder path"]),
 ]
 
 

@@ -7,6 +7,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
+from nurec_usd.capture.ego import BOX_FORMS, BOX_PATTERN
 from nurec_usd.options import check_device, check_fields, check_value, option
 from nurec_usd.scene.init import InitConfig
 
@@ -47,6 +48,18 @@ class TrainConfig:
     # from their tracks); False: every actor at the sweep's middle, as builds before 2026-12-02 did.
     # Evaluation and replay always follow the actors.
     lidar_actor_motion: bool = option(True)
+    # the ego vehicle (nurec_usd.train.ego): "auto" estimates a static mask of its body for cameras
+    # without masks when the rig moves, "on" also when it barely moves, "off" never
+    ego_mask: str = option("auto", choices=("auto", "on", "off"))
+    # a folder of <camera id>.png masks, white on the ego vehicle, for cameras without masks ("": none)
+    ego_mask_dir: str = option("", forms="a folder path, or '' for none")
+    # lidar returns inside this box are dropped: "auto" (estimated), "off", or x0,y0,z0,x1,y1,z1 (rig frame, m)
+    ego_box: str = option("auto", pattern=BOX_PATTERN, forms=BOX_FORMS)
+    # per-frame colour corrections learnt with the scene, in training only (nurec_usd.train.appearance):
+    # "off", "gain_bias" (per channel) or "affine" (3x3 + bias); held-out frames use the camera's exposure
+    frame_appearance: str = option("off", choices=("off", "gain_bias", "affine"))
+    lr_frame_appearance: float = option(1e-3, low=0, high=10)
+    frame_appearance_reg: float = option(1.0, low=0, high=1000)  # squared size of the corrections
     opacity_reg: float = option(0.01, low=0, high=1000)
     scale_reg: float = option(0.01, low=0, high=1000)
     # learning rates
@@ -162,4 +175,12 @@ def make_config(preset: str = "fast", **overrides: Any) -> BuildConfig:
     cfg.init = dataclasses.replace(cfg.init, max_points=min(cfg.init.max_points, cfg.train.max_gaussians))
     for part in (cfg, cfg.train, cfg.init):  # the presets' own values too
         check_fields(part)
+    if cfg.train.ego_box not in ("auto", "off"):  # six numbers: also each lower corner below the upper
+        from nurec_usd.capture.ego import parse_box
+        from nurec_usd.options import OptionError
+
+        try:
+            parse_box(cfg.train.ego_box)
+        except ValueError as err:
+            raise OptionError("ego_box", cfg.train.ego_box, None, str(err).split(": ", 1)[-1]) from err
     return cfg

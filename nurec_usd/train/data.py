@@ -136,7 +136,8 @@ class LidarData:
     rot_end: torch.Tensor  # [S, 4] ... one revolution later
     trans_end: torch.Tensor  # [S, 3]
     mid_times: torch.Tensor  # [S] seconds: actors are placed at the sweep's middle
-    ranges: torch.Tensor  # [S, C, W] measured range per ray, 0 where there was no return
+    ranges: torch.Tensor  # [S, C, W] measured range per ray, 0 where there was no return, -1 where the
+    # only return was dropped (``CaptureData``'s ``lidar_keep``: the ego vehicle): such rays are left out
     intensities: torch.Tensor  # [S, C, W] measured intensity, 0 where there was no return
 
 
@@ -251,12 +252,20 @@ class CaptureData:
     ``downscale``: train and evaluate on images shrunk by this integer factor (intrinsics
     scaled to match), for quick runs on slow machines. ``workers``: decoding threads (default:
     one per CPU core, at most 32). ``clock``: times the parts (a ``nurec_usd.profiling.StageClock``).
+    ``lidar_keep``: ``(lidar id, points [N, 3] in its frame) -> bool [N]``, the returns to use
+    (``nurec_usd.train.ego``: not the ego vehicle's); the others are dropped, and rays whose
+    only return was dropped are marked -1 in the range images (neither a return nor a miss).
+
+    A sweep whose points all carry the sweep's timestamp was compensated to that instant by its
+    source (DGP, nuScenes): its sensor is held at that pose over the revolution, where a raw
+    sweep's moves with the rig.
     """
 
     def __init__(self, capture: Capture, device: torch.device | str, eval_every: int = 8,
                  images_on_device: bool | None = None, workers: int | None = None,
                  progress: Callable[[str], None] | None = None, downscale: int = 1,
-                 clock: Callable[[str], Any] | None = None):
+                 clock: Callable[[str], Any] | None = None,
+                 lidar_keep: Callable[[str, np.ndarray], np.ndarray] | None = None):
         if int(downscale) != downscale or downscale < 1:
             raise ValueError(f"downscale must be a positive integer, got {downscale!r}")
         self.capture = capture
@@ -279,6 +288,8 @@ class CaptureData:
         # the training sweeps' points, by (lidar id, sweep index), until release_sweep_points()
         self.sweep_points: dict[tuple[str, int], SweepPoints] = {}
         self.nonfinite_points = self.nonfinite_sweeps = 0  # dropped when the sweeps were read
+        self.lidar_keep = lidar_keep
+        self.dropped_points = 0  # returns lidar_keep left out
         with part("cameras"):
             for ci, cam in enumerate(capture.cameras.values()):
                 self.cameras.append(self._camera(cam, rig))  # before the decoding threads start: they slow the host
@@ -351,26 +362,43 @@ class CaptureData:
         q0, p0, q1, p1 = sensor_poses(rig.at(t0) @ T_rig_lidar, rig.at(t0 + period) @ T_rig_lidar)
         model = lidar.sensor_model(dtype=torch.float64, device=dev)
         template = LidarBatch.from_model(model, torch.eye(4, dtype=torch.float32, device=dev))
-        ranges, intens, batch = [], [], []
+        ranges, intens, batch, dropped = [], [], [], []
+        compensated = torch.zeros(len(lidar.sweeps), dtype=torch.bool)
 
         def flush() -> None:
             r, it = range_images(batch, model, lidar.channels, lidar.columns)
+            if any(len(d[0]) for d in dropped):  # rays whose only return was dropped: -1, left out
+                blocked, _ = range_images(dropped, model, lidar.channels, lidar.columns)
+                r = torch.where((r == 0) & (blocked > 0), torch.full_like(r, -1.0), r)
             ranges.append(r)
             intens.append(it)
             batch.clear()
+            dropped.clear()
 
         for si, sweep in enumerate(prefetched(lidar.load_sweep, range(len(lidar.sweeps)))):
             self.nonfinite_points += sweep.dropped_nonfinite
             self.nonfinite_sweeps += int(sweep.dropped_nonfinite > 0)
-            tensors = _sweep_tensors(sweep.points, sweep.intensity, sweep.channel, dev)
+            compensated[si] = len(sweep) > 0 and bool(np.all(sweep.timestamps_us == lidar.sweeps[si].timestamp_us))
+            points, intensity, channel, stamps = sweep.points, sweep.intensity, sweep.channel, sweep.timestamps_us
+            keep = None if self.lidar_keep is None else np.asarray(self.lidar_keep(lidar.id, points), dtype=bool)
+            if keep is not None and not keep.all():
+                self.dropped_points += int((~keep).sum())
+                dropped.append(_sweep_tensors(points[~keep], intensity[~keep], channel[~keep], dev))
+                points, intensity, channel, stamps = points[keep], intensity[keep], channel[keep], stamps[keep]
+            else:
+                dropped.append(_sweep_tensors(points[:0], intensity[:0], channel[:0], dev))
+            tensors = _sweep_tensors(points, intensity, channel, dev)
             batch.append(tensors)
             if not held_out(si, self.eval_every, len(lidar.sweeps)):  # the initialisation reads them again otherwise
-                times = torch.from_numpy(np.asarray(self.capture.seconds(sweep.timestamps_us), dtype=np.float64))
+                times = torch.from_numpy(np.asarray(self.capture.seconds(stamps), dtype=np.float64))
                 self.sweep_points[(lidar.id, si)] = SweepPoints(tensors[0], tensors[1], times.to(dev))
             if len(batch) == RANGE_IMAGE_BATCH:
                 flush()
         if batch:
             flush()
+        # compensated sweeps: the sensor stays at the sweep's pose (its points are relative to it)
+        held = compensated[:, None].to(q0.device)
+        q1, p1 = torch.where(held, q0, q1), torch.where(held, p0, p1)
         f32 = lambda t: t.to(device=dev, dtype=torch.float32).contiguous()  # noqa: E731
         return LidarData(lidar.id, template, f32(q0), f32(p0), f32(q1), f32(p1), f32(t0 + period / 2),
                          f32(torch.cat(ranges)), f32(torch.cat(intens)))

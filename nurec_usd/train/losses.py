@@ -33,19 +33,22 @@ def image_loss(image: torch.Tensor,  # [H, W, 3] or [C, H, W, 3] rendered
 def lidar_loss(pred_range: torch.Tensor,  # [C, W] rendered expected range
                pred_hit: torch.Tensor,  # [C, W] rendered hit probability
                pred_intensity: torch.Tensor,  # [C, W] rendered intensity (0..1)
-               true_range: torch.Tensor,  # [C, W] measured, 0 where no return
+               true_range: torch.Tensor,  # [C, W] measured, 0 where no return, < 0 where unknown
                true_intensity: torch.Tensor,  # [C, W] measured, normalised to 0..1
                range_weight: float, hit_weight: float, intensity_weight: float,
                ) -> torch.Tensor:  # []
     """Range L1 (relative to range, so near and far returns weigh alike) on rays with a return;
     binary cross-entropy of the hit probability against return / no return (rays without a
-    return, such as the sky, push floaters away); intensity L1 on returns."""
+    return, such as the sky, push floaters away); intensity L1 on returns. Rays marked
+    unknown (a negative range: their return was the ego vehicle's, and dropped) count in none."""
     real = true_range > 0
     n_real = real.sum().clamp_min(1)
     rel = (pred_range - true_range).abs() / true_range.clamp_min(1.0)
     loss_range = torch.where(real, rel, torch.zeros_like(rel)).sum() / n_real
     hit = pred_hit.clamp(1e-4, 1 - 1e-4)
-    loss_hit = F.binary_cross_entropy(hit, real.to(hit.dtype))
+    known = (true_range >= 0).to(hit.dtype)
+    loss_hit = (F.binary_cross_entropy(hit, real.to(hit.dtype), reduction="none") * known).sum() / \
+        known.sum().clamp_min(1)
     loss_int = torch.where(real, (pred_intensity - true_intensity).abs(), torch.zeros_like(rel)).sum() / n_real
     return range_weight * loss_range + hit_weight * loss_hit + intensity_weight * loss_int
 

@@ -62,18 +62,20 @@ def ssim(image: torch.Tensor,  # [H, W, 3] or [B, H, W, 3] in [0, 1]
 
 def lidar_errors(pred_range: torch.Tensor,  # [C, W] rendered expected range (0: no return predicted)
                  pred_hit: torch.Tensor,  # [C, W] rendered hit probability
-                 true_range: torch.Tensor,  # [C, W] measured range, 0 where there was no return
+                 true_range: torch.Tensor,  # [C, W] measured range, 0 where there was no return, < 0: unknown
                  ) -> dict[str, float]:
     """Held-out lidar figures: median absolute range error (rays with a measured and a
-    predicted return), hit accuracy (predicted return = hit probability > 0.5), and counts."""
+    predicted return), hit accuracy (predicted return = hit probability > 0.5), and counts.
+    Rays marked unknown (a negative range: the ego vehicle's return, dropped) are left out."""
     real = true_range > 0
+    known = true_range >= 0
     pred = pred_hit > 0.5
     both = real & pred
     err = (pred_range - true_range).abs()[both]
     return {
         "median_range_error_m": float(err.quantile(0.5)) if err.numel() else math.nan,
         "mean_range_error_m": float(err.mean()) if err.numel() else math.nan,
-        "hit_accuracy": float((real == pred).float().mean()),
-        "rays": int(real.numel()),
+        "hit_accuracy": float((real == pred)[known].float().mean()) if bool(known.any()) else math.nan,
+        "rays": int(known.sum()),
         "returns": int(real.sum()),
     }

@@ -84,6 +84,13 @@ class Trainer:
                                "lr": getattr(config, lr_key) * self.lr_scale, "name": f"{set_name}.{name}"})
         groups.append({"params": [scene.sky], "lr": config.lr_sky * self.lr_scale, "name": "sky"})
         groups.append({"params": [scene.exposure], "lr": config.lr_exposure * self.lr_scale, "name": "exposure"})
+        self.appearance = None  # per-frame colour corrections, training only (nurec_usd.train.appearance)
+        if config.frame_appearance != "off":
+            from nurec_usd.train.appearance import FrameAppearance
+
+            self.appearance = FrameAppearance(data, config.frame_appearance)
+            groups.append({"params": [self.appearance.delta], "lr": config.lr_frame_appearance * self.lr_scale,
+                           "name": "frame_appearance"})
         if config.refine_tracks and scene.tracks:
             k = sum(len(t.times) for t in scene.tracks)
             scene.pose_corrections = tuple(torch.nn.Parameter(torch.zeros(k, 3, device=self.device)) for _ in range(2))
@@ -165,7 +172,12 @@ class Trainer:
             out = self.renderer.cameras(views, settings)
         with prof.part("camera loss"):
             n_views = len(group.frames)
-            loss = image_loss(out.image, target, mask, cfg.ssim_weight)
+            image = out.image
+            if self.appearance is not None:
+                image, corrections = self.appearance.apply(image, group, views.lens)
+            loss = image_loss(image, target, mask, cfg.ssim_weight)
+            if self.appearance is not None:
+                loss = loss + cfg.frame_appearance_reg * self.appearance.penalty(corrections)
             overflow = out.raw.overflow.int()
             self._observe(kind, out.raw)
         if cfg.lidar_every and data.train_sweeps and step % cfg.lidar_every == 0:
@@ -202,7 +214,7 @@ class Trainer:
             for p in (scene.static, scene.actors):
                 perturb_transparent(p, cfg.noise_scale * decay, cfg.dead_opacity, self.gen)
             with torch.no_grad():
-                quality = psnr(out.image.detach().clamp(0, 1), target, mask)
+                quality = psnr(image.detach().clamp(0, 1), target, mask)
         return {"loss": loss.detach(), "psnr": quality, "overflow": overflow.sum()}
 
     def _lr_factor(self) -> float:
@@ -245,6 +257,8 @@ class Trainer:
         the renderer culls such Gaussians)."""
         tensors = [*self.scene.static.tensors().values(), *self.scene.actors.tensors().values(),
                    self.scene.sky, self.scene.exposure]
+        if self.appearance is not None:  # not exported, but a NaN correction poisons the scene's gradients
+            tensors.append(self.appearance.delta)
         return torch.stack([(~torch.isfinite(t.detach())).sum() for t in tensors]).sum()
 
     def run(self, budget_s: float | None = None, progress: Any = None) -> TrainResult:

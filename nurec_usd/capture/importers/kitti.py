@@ -71,8 +71,13 @@ How it maps to a ``Capture``:
   ``timestamps_start .. timestamps_end`` (sweep timestamp = the start). Each point's time
   comes from its azimuth within that span. Without the start / end files the revolution
   is centred on ``timestamps.txt`` with the median spacing of the scans as its length.
-  The channel table is estimated from the points' elevations (``sweep_cache.estimate_channel_table``:
-  rings when they are sharp, else 64 elevation quantiles). Scans are converted once to
+  The scans store their points laser by laser, each laser's in azimuth order over one
+  revolution; that order gives each point its laser (``sweep_cache.rings_from_scan_order``),
+  so channel i is the file's i-th laser, at the median elevation of its points. Scans that
+  are not stored so get a table estimated from the points' elevations
+  (``sweep_cache.estimate_channel_table``: rings when they are sharp, else 64 elevation
+  quantiles, which mix neighbouring lasers: the HDL-64E's beams start off the sensor's
+  origin, which blurs its rings). Scans are converted once to
   ``.nrl`` in a cache folder (``$XDG_CACHE_HOME/nurec_usd/imports/<sha256 of the inputs>/``,
   written whole, then renamed into place);
 * without oxts, the trajectory comes from lidar odometry with open3d: each scan, deskewed
@@ -119,7 +124,7 @@ __all__ = [
 ]
 
 # Bump when the conversion of scans, the cached lidar description or the odometry changes.
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: channels from the scans' laser-by-laser order
 CALIB_CAM_TO_CAM = "calib_cam_to_cam.txt"
 CALIB_VELO_TO_CAM = "calib_velo_to_cam.txt"
 CALIB_IMU_TO_VELO = "calib_imu_to_velo.txt"
@@ -584,6 +589,37 @@ class _LidarOdometry:
 # Scans -> .nrl (cached)
 
 
+def _scan_order_table(rings: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray | None:
+    """The channel table of scans stored laser by laser (``sweep_cache.rings_from_scan_order``):
+    channel i is the i-th laser of the file, its elevation the median of its points' over the
+    sampled scans. (Each laser's beam starts off the sensor's origin, by about 0.2 m on KITTI's
+    HDL-64E, so its near points are seen up to a few degrees off its far ones; the spinning
+    model has one origin, and the median of all points gave the sweeps' own points, binned
+    with the table, the more consistent ranges: benchmarks/lidar_real_sweeps.py.) None unless
+    every sampled scan has the same number of lasers (a laser without returns in some scan
+    would shift the later ones' indices)."""
+    counts = {int(r.max()) + 1 for r, _ in rings}
+    if len(counts) != 1:
+        return None
+    return sweep_cache.ring_channel_table(np.concatenate([r for r, _ in rings]), np.concatenate([e for _, e in rings]))
+
+
+def _channels(xyz: np.ndarray, elevation_deg: np.ndarray, table: np.ndarray, method: str) -> np.ndarray:
+    """Each point's channel: its laser in the file's order when the table came from it and
+    this scan has all of its lasers; else (and for lasers of a scan that lacks some) the
+    channel nearest in elevation (for a laser: nearest to its points' median)."""
+    if method != "scan-order rings":
+        return sweep_cache.nearest_channel(elevation_deg, table)
+    ring = sweep_cache.rings_from_scan_order(xyz)
+    if ring is None:
+        return sweep_cache.nearest_channel(elevation_deg, table)
+    if int(ring.max()) + 1 == len(table):
+        return ring
+    medians = np.array([np.median(elevation_deg[ring == r]) if np.any(ring == r) else 0.0
+                        for r in range(int(ring.max()) + 1)])
+    return sweep_cache.nearest_channel(medians, table)[ring]
+
+
 @dataclass(frozen=True)
 class _Scan:
     index: int
@@ -605,9 +641,12 @@ def convert_scans(scans: list[_Scan], odometry: bool) -> dict[str, Any]:
     # Pass 1: channel table, columns and intensity scale from a sample of scans.
     pick = sweep_cache.sample_indices(len(scans))
     els, rngs, counts, reflect_max, table_xyz = [], [], [], 0.0, None
+    rings: list[tuple[np.ndarray, np.ndarray]] | None = []  # per sampled scan: ring, elevation [N] each
     for i in pick:
         pts = read_velodyne(scans[i].path, scans[i].rel)
         _, el, rng = sweep_cache.spherical(pts[:, :3])
+        ring = sweep_cache.rings_from_scan_order(pts[:, :3]) if rings is not None else None
+        rings = None if ring is None else rings + [(ring, el)]
         step = max(1, len(el) // 200_000)
         els.append(el[::step])
         rngs.append(rng[::step])
@@ -620,9 +659,15 @@ def convert_scans(scans: list[_Scan], odometry: bool) -> dict[str, Any]:
     if len(el_all) == 0:
         raise _FileError(scans[0].rel, "", f"none of the {len(pick)} velodyne scans sampled for the channel "
                                            "table has any point")
-    table, method = estimate_channel_table(el_all, rng_all)
-    table = np.sort(table)
-    columns = sweep_cache.ring_columns(table_xyz, table) if method == "rings" else None
+    table = _scan_order_table(rings) if rings else None
+    if table is not None:  # channel i is the file's i-th laser: its own elevation, not the nearest ring's
+        method = "scan-order rings"
+        table_rings = sweep_cache.rings_from_scan_order(table_xyz)
+        columns = sweep_cache.ring_columns(table_xyz, table, table_rings) if table_rings is not None else None
+    else:
+        table, method = estimate_channel_table(el_all, rng_all)
+        table = np.sort(table)
+        columns = sweep_cache.ring_columns(table_xyz, table) if method == "rings" else None
     if columns is None:
         columns = sweep_cache.columns_from_counts(counts, len(table))
     durations = np.array([s.duration_us for s in scans], dtype=np.float64)
@@ -639,7 +684,7 @@ def convert_scans(scans: list[_Scan], odometry: bool) -> dict[str, Any]:
             xyz = pts[:, :3]
             times = s.start_us + sweep_time_offsets(xyz, s.duration_us)
             _, el, rng = sweep_cache.spherical(xyz)
-            channel = sweep_cache.nearest_channel(el, table)
+            channel = _channels(xyz, el, table, method)
             intensity = np.where(np.isfinite(pts[:, 3]), pts[:, 3] * scale, 0.0).astype(np.float32)
             name = f"{s.start_us}.nrl"
             write_nrl(stage.path / name, s.start_us, xyz, intensity, times, channel)

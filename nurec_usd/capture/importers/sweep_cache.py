@@ -166,12 +166,13 @@ def nearest_channel(elevation_deg: np.ndarray, table: np.ndarray) -> np.ndarray:
     return order[nearest].astype(np.int64)
 
 
-def ring_columns(xyz: np.ndarray, table: np.ndarray) -> int | None:
+def ring_columns(xyz: np.ndarray, table: np.ndarray, channel: np.ndarray | None = None) -> int | None:
     """Firings per revolution of a spinning lidar's sweep (lidar-frame points, channel
-    elevation ``table``): from the median azimuth step between neighbouring points of a
-    channel; None when no channel has 50 such steps."""
+    elevation ``table``, or each point's ``channel`` when known): from the median azimuth step
+    between neighbouring points of a channel; None when no channel has 50 such steps."""
     azimuth_deg, elevation_deg, _ = spherical(xyz)
-    channel = nearest_channel(elevation_deg, table)
+    if channel is None:
+        channel = nearest_channel(elevation_deg, table)
     steps = []
     for c in np.unique(channel):
         d = np.diff(np.sort(azimuth_deg[channel == c]))
@@ -255,6 +256,66 @@ def estimate_channel_table(elevation_deg: np.ndarray, range_m: np.ndarray) -> tu
             return table, "rings"
     q = (np.arange(QUANTILE_CHANNELS) + 0.5) / QUANTILE_CHANNELS
     return np.unique(np.round(np.quantile(el, q), 6)), "elevation-quantiles"
+
+
+SCAN_ORDER_MIN_RINGS = 16
+SCAN_ORDER_MAX_RINGS = 256
+SCAN_ORDER_BACKSTEP_DEG = 0.05  # azimuth steps backwards up to this are rounding, not a new ring
+SCAN_ORDER_MAX_SPREAD_DEG = 0.1  # median spread of a ring's far elevations when the rings are real
+SCAN_ORDER_FAR_M = 20.0  # near points are seen off their laser's elevation (beam origins are offset)
+
+
+def rings_from_scan_order(xyz: np.ndarray) -> np.ndarray | None:
+    """Each point's ring (laser) index, for a sweep stored laser by laser, each laser's points
+    in azimuth order over one revolution (KITTI's velodyne scans): the file order then winds
+    round once per laser. ``[N, 3]`` lidar-frame points in file order -> int64 ``[N]``, or None
+    when the points are not stored so.
+
+    Every step from one point to the next is taken as a turn forward (mod 360; backward steps
+    of rounding size as none); the turns the points wind through are the rings. Where one laser
+    hands over to the next is the same azimuth for all of them, somewhere between where the
+    last laser stops and (one turn on) where the first begins: the one that keeps the points
+    of that stretch nearest their ring's elevation. There must be 16 to 256 rings, and their
+    far points (beyond ``SCAN_ORDER_FAR_M``) must keep to their ring's elevation (median
+    absolute spread at most ``SCAN_ORDER_MAX_SPREAD_DEG``): points in another order wind round
+    far more often, or mix elevations within a turn. A laser without any return has no turn:
+    ring indices count the lasers that returned points.
+    """
+    if len(xyz) < 100:
+        return None
+    azimuth, elevation, rng = spherical(xyz)
+    step = np.mod(np.diff(azimuth) + SCAN_ORDER_BACKSTEP_DEG, 360.0) - SCAN_ORDER_BACKSTEP_DEG
+    unwound = np.concatenate([[0.0], np.cumsum(np.maximum(step, 0.0))])  # degrees turned since the first point
+    rings = int(math.ceil(unwound[-1] / 360.0 + 1e-9))
+    if not SCAN_ORDER_MIN_RINGS <= rings <= SCAN_ORDER_MAX_RINGS:
+        return None
+    gap = rings * 360.0 - unwound[-1]  # from where the last laser stops round to where the first starts
+    # The hand-over lies ``lead`` degrees before the first point, 0 <= lead <= gap; only the
+    # points of each turn's last ``gap`` degrees change ring with it.
+    ambiguous = np.mod(unwound, 360.0) >= 360.0 - gap
+    sure = np.floor(unwound / 360.0).astype(np.int64)
+    usable = rng >= SCAN_ORDER_FAR_M / 2
+    median = np.full(rings + 1, np.nan)
+    for r in range(rings):
+        e = elevation[(sure == r) & ~ambiguous & usable]
+        median[r] = np.median(e) if len(e) else np.nan
+    lead = gap / 2
+    test = ambiguous & usable
+    if test.any() and gap > 0:
+        costs = []
+        candidates = np.linspace(0.0, gap, int(min(241, max(3, gap / 0.1))))
+        for c in candidates:
+            ring = np.floor((unwound[test] + c) / 360.0).astype(np.int64)
+            costs.append(np.nansum(np.abs(elevation[test] - median[np.clip(ring, 0, rings)])))
+        best = np.flatnonzero(np.isclose(costs, min(costs)))
+        lead = float(candidates[best[len(best) // 2]])
+    ring = np.clip(np.floor((unwound + lead) / 360.0).astype(np.int64), 0, rings - 1)
+    far = rng >= SCAN_ORDER_FAR_M
+    spreads = [np.median(np.abs(e - np.median(e))) for r in range(rings)
+               if len(e := elevation[far & (ring == r)]) >= 10]
+    if len(spreads) < SCAN_ORDER_MIN_RINGS // 2 or float(np.median(spreads)) > SCAN_ORDER_MAX_SPREAD_DEG:
+        return None
+    return ring
 
 
 def ring_channel_table(ring_ids: np.ndarray, elevation_deg: np.ndarray) -> np.ndarray | None:
