@@ -139,10 +139,10 @@ def _flood(seed: torch.Tensor, inside: torch.Tensor) -> torch.Tensor:  # [H, W] 
 
 
 def _shrink(images: np.ndarray, factor: int) -> np.ndarray:  # [F, H, W, 3] -> [F, H/f, W/f, 3] float32
-    f, h, w, _ = images.shape
-    h2, w2 = h // factor, w // factor
-    x = images[:, :h2 * factor, :w2 * factor].astype(np.float32)
-    return x.reshape(f, h2, factor, w2, factor, 3).mean(axis=(2, 4))
+    """Block means of ``factor`` x ``factor`` pixels (a partial last block is dropped)."""
+    # torch's pooling: several times faster than a numpy reshape-mean on a camera's frames
+    x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float()  # [F, 3, H, W]
+    return F.avg_pool2d(x, factor, stride=factor).permute(0, 2, 3, 1).contiguous().numpy()
 
 
 def _sharp_outline_share(mean: np.ndarray,  # [h, w, 3] the frames' mean
