@@ -27,7 +27,7 @@ def tiny_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def handmade_capture(tmp_path_factory) -> Path:
     """A valid capture directory (every camera model, a lidar, two tracks). Do not modify it."""
-    from nurec_usd.capture.handmade import write_handmade_capture
+    from handmade import write_handmade_capture
 
     return write_handmade_capture(tmp_path_factory.mktemp("handmade") / "capture")
 

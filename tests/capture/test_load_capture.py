@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from nurec_usd.capture import CaptureError, CaptureWriter, load_capture
-from nurec_usd.capture import handmade
+import handmade
 
 
 def test_loads_every_sensor_and_track(handmade_capture):

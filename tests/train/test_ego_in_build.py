@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 from nurec_usd.capture.ego import parse_box
-from nurec_usd.capture.handmade import LIDAR_ELEVATIONS, LIDAR_POSITION
+from handmade import LIDAR_ELEVATIONS, LIDAR_POSITION
 from nurec_usd.capture.importers import load_any
 from nurec_usd.capture.sweep_io import read_nrl, write_nrl
 from nurec_usd.train import ego

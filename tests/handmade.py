@@ -218,7 +218,7 @@ def write_handmade_capture(out_dir: str | Path, overwrite: bool = False) -> Path
     scene = _Scene()
     ts, T_world_rig = rig_poses()
     with CaptureWriter(out_dir, name="handmade", overwrite=overwrite,
-                       metadata={"source": "nurec_usd.capture.handmade: analytic planes and boxes"}) as w:
+                       metadata={"source": "tests/handmade.py: analytic planes and boxes"}) as w:
         w.set_rig(ts, T_world_rig)
         for cam in CAMERAS:
             cid, model, intr, R, pos, shutter, readout_us = cam
