@@ -72,10 +72,10 @@ The fraction depends on the device (``CHUNK_OF_MEAN``):
 """
 
 import math
-import os
 
 import warp as wp
 
+from warp_kernels import tuning
 from warp_kernels.compositing import ALPHA_MIN
 from warp_kernels.modules import variant_module
 from warp_kernels.warp_lanes import lowest_bit
@@ -94,11 +94,8 @@ wp.set_module_options({"enable_backward": False})
 # Tiles of 64 rays (one block of 2 warps per item) have cheaper masks (two words per entry), but the
 # sort and the raster passes then have too many more entries to go through (benchmarks/RESULTS.md,
 # raster-lidar).
-# NUREC_LIDAR_TILE_RAYS (64, 128, 256) selects another size at import (benchmarks/raster_lidar.py
-# --tile-rays).
-TILE_RAYS = int(os.environ.get("NUREC_LIDAR_TILE_RAYS", "128"))
-if TILE_RAYS not in (64, 128, 256):
-    raise ValueError(f"NUREC_LIDAR_TILE_RAYS must be 64, 128 or 256, got {TILE_RAYS}")
+# NUREC_LIDAR_TILE_RAYS selects another size at import (``warp_kernels.tuning``).
+TILE_RAYS = tuning.LIDAR_TILE_RAYS
 BATCH = 256  # Gaussians the backward stages in shared memory at a time; chunks are whole batches
 KEY_PAD = wp.constant(wp.int32(0x7FFFFFFF))  # sorts after every real key
 ORDER_BUCKETS = 16  # length classes of the work items' launch order (longest first; see the module docstring)

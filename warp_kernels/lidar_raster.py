@@ -70,10 +70,10 @@ choices: benchmarks/RESULTS.md, raster-lidar.
 """
 
 import math
-import os
 
 import warp as wp
 
+from warp_kernels import tuning
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN
 from warp_kernels.lidar_binning import BATCH, WARPS, lane_of_ray, ray_of_lane
 from warp_kernels.lidar_staging import SLOTS, make_staging_funcs, window_wait
@@ -92,13 +92,11 @@ wp.set_module_options({"enable_backward": False, "fast_math": True})
 # default is 4, or WARPS where a tile has fewer); the forward's warps stage their own windows, so
 # blocks of one warp gain nothing there. Warps walking with no staging at all (records passed
 # between lanes by shuffles) trade the barrier's waits for as many instructions. See
-# benchmarks/RESULTS.md, raster-lidar. NUREC_LIDAR_BLOCK_WARPS (1, 2, 4, 8; at most WARPS)
-# overrides it at import (benchmarks/raster_lidar.py --block-warps).
-BLOCK_WARPS = int(os.environ.get("NUREC_LIDAR_BLOCK_WARPS", str(min(4, WARPS))))
+# benchmarks/RESULTS.md, raster-lidar. NUREC_LIDAR_BLOCK_WARPS overrides it at import
+# (``warp_kernels.tuning``).
+BLOCK_WARPS = tuning.LIDAR_BLOCK_WARPS
 BLOCK_RAYS = 32 * BLOCK_WARPS
 SPLIT = WARPS // BLOCK_WARPS
-if BLOCK_WARPS not in (1, 2, 4, 8) or BLOCK_WARPS * SPLIT != WARPS:
-    raise ValueError(f"NUREC_LIDAR_BLOCK_WARPS must be 1, 2, 4 or 8 and at most {WARPS}, got {BLOCK_WARPS}")
 MEDIAN_T = 0.5  # the median return: where the accumulated opacity 1 - T reaches 0.5
 
 # Register budgets of the float32 per-item kernels: at most 56 registers for the forward's two
@@ -108,15 +106,15 @@ MEDIAN_T = 0.5  # the median return: where the accumulated opacity 1 - T reaches
 # the blocks the items need, and the loop's 64-bit index arithmetic costs registers). The sm_90
 # cubins' resource attributes show them (benchmarks/raster_lidar.py --registers; the tests check
 # it); the timings behind the bounds: benchmarks/RESULTS.md, raster-lidar. NUREC_LIDAR_MIN_BLOCKS
-# (blocks per SM for both kernels; 0 = no bound) overrides them at import
-# (benchmarks/raster_lidar.py --min-blocks). The float64 kernels (CPU gradcheck) are unbounded.
-_MIN_BLOCKS = os.environ.get("NUREC_LIDAR_MIN_BLOCKS")
+# (blocks per SM for both kernels; 0 = no bound) overrides them at import (``warp_kernels.tuning``).
+# The float64 kernels (CPU gradcheck) are unbounded.
+_MIN_BLOCKS = tuning.LIDAR_MIN_BLOCKS
 MAX_BLOCKS_PER_SM = 32  # resident blocks per SM on sm_80 / sm_90 (the bound for blocks of one warp)
 
 
 def _launch_bounds(warps_per_sm: int) -> tuple[int, int] | None:
     """(threads per block, blocks per SM) for ``warps_per_sm`` resident warps, or the override."""
-    blocks = int(_MIN_BLOCKS) if _MIN_BLOCKS is not None else min(MAX_BLOCKS_PER_SM, warps_per_sm // BLOCK_WARPS)
+    blocks = _MIN_BLOCKS if _MIN_BLOCKS is not None else min(MAX_BLOCKS_PER_SM, warps_per_sm // BLOCK_WARPS)
     return (BLOCK_RAYS, blocks) if blocks > 0 else None
 
 

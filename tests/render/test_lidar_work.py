@@ -1,10 +1,13 @@
 """benchmarks/lidar_work.py: its pair counts keep their order (the ray masks are conservative: no
 hit is missed), and the product-only walks' work after the rays' stops is counted where rays stop early."""
 
+import os
+
 import pytest
 import torch
 
 from benchmarks.lidar_work import _block_steps, work_counts
+from conftest import REPO
 from render.test_lidar_render import make_gaussians, make_lidar, opaque_shells, street_lidar, street_scene
 from warp_kernels.lidar_binning import WARPS
 from warp_kernels.lidar_raster import BLOCK_WARPS
@@ -74,3 +77,30 @@ def test_ray_masks_never_miss_a_hit(band_rows, columns, size, near, far, exact):
         assert c["masked"] <= 1.02 * c["hit"], c
     elif exact is False:
         assert c["masked"] >= 1.5 * c["hit"], c
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"NUREC_LIDAR_TILE_RAYS": "100"}, "NUREC_LIDAR_TILE_RAYS must be 64, 128 or 256, got 100"),
+    ({"NUREC_LIDAR_TILE_RAYS": "many"}, "NUREC_LIDAR_TILE_RAYS='many': expected an integer"),
+    ({"NUREC_LIDAR_TILE_RAYS": "64", "NUREC_LIDAR_BLOCK_WARPS": "4"},
+     "NUREC_LIDAR_BLOCK_WARPS must be 1, 2, 4 or 8 and at most 2, got 4"),
+    ({"NUREC_LIDAR_MIN_BLOCKS": "-1"}, "NUREC_LIDAR_MIN_BLOCKS must be >= 0, got -1"),
+])
+def test_a_bad_tuning_variable_is_refused_at_import(env, words):
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("NUREC_LIDAR_")}
+    r = subprocess.run([sys.executable, "-c", "import warp_kernels.tuning"], capture_output=True, text=True,
+                       env={**clean, **env}, timeout=120, cwd=REPO)
+    assert r.returncode != 0 and words in r.stderr, r.stderr
+
+
+def test_the_tuning_defaults_are_the_kernels_sizes():
+    from warp_kernels import lidar_binning, lidar_raster, tuning
+
+    if any(k.startswith("NUREC_LIDAR_") for k in os.environ):
+        pytest.skip("a tuning variable is set")
+    assert lidar_binning.TILE_RAYS == tuning.LIDAR_TILE_RAYS == 128
+    assert lidar_raster.BLOCK_WARPS == 4 and lidar_raster.SPLIT == 1
+    assert lidar_raster.LAUNCH_BOUNDS_WALK_F32 == (128, 9) and lidar_raster.LAUNCH_BOUNDS_BACKWARD_F32 == (128, 8)
