@@ -25,6 +25,15 @@ def tiny_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def usd_only(tiny_run, tmp_path_factory) -> Path:
+    """The USD folder of ``tiny_run``, alone in a fresh directory: what a user gets from export.
+    Do not modify it."""
+    dst = tmp_path_factory.mktemp("usd_only") / "scene"
+    shutil.copytree(tiny_run / "usd", dst)
+    return dst
+
+
+@pytest.fixture(scope="session")
 def handmade_capture(tmp_path_factory) -> Path:
     """A valid capture directory (every camera model, a lidar, two tracks). Do not modify it."""
     from handmade import write_handmade_capture

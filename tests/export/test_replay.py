@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,14 +27,6 @@ from nurec_usd.train.metrics import psnr  # noqa: E402
 
 REPLAY_PSNR_DB = 50.0  # the issue's bar between a USD replay and the in-memory render
 K = QUICK["downscale"]
-
-
-@pytest.fixture(scope="module")
-def usd_only(tiny_run, tmp_path_factory) -> Path:
-    """The run's USD folder, alone in a fresh directory."""
-    dst = tmp_path_factory.mktemp("usd_only") / "scene"
-    shutil.copytree(tiny_run / "usd", dst)
-    return dst
 
 
 @pytest.fixture(scope="module")

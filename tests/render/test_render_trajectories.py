@@ -4,7 +4,6 @@ their errors, the frames, depth PNGs, lidar sweeps and videos written, and the a
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -105,13 +104,6 @@ def test_files_that_are_not_trajectories(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # The render command
-
-
-@pytest.fixture(scope="module")
-def usd_only(tiny_run, tmp_path_factory) -> Path:
-    dst = tmp_path_factory.mktemp("novel_usd") / "scene"
-    shutil.copytree(tiny_run / "usd", dst)
-    return dst
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ so that nothing but the USD is read. Cameras render at the build's downscale (16
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,13 +37,6 @@ GLOBAL_ATOL = 1e-5
 ROLLING_PSNR_DB = 60.0
 ROLLING_ATOL = 0.02
 CAMERAS = ["front", "front_left", "rear_fisheye", "right_ftheta"]
-
-
-@pytest.fixture(scope="module")
-def usd_only(tiny_run, tmp_path_factory) -> Path:
-    dst = tmp_path_factory.mktemp("renderer_usd") / "scene"
-    shutil.copytree(tiny_run / "usd", dst)
-    return dst
 
 
 @pytest.fixture(scope="module")
