@@ -119,6 +119,9 @@ def format_run(run: BenchRun, label: str) -> str:
              f"  {'start-up (interpreter, imports)':<34} {_f(run.startup_s, '7.2f', ' s')}"]
     for name, seconds in stages.items():
         lines.append(f"  {name:<34} {seconds:7.2f} s")
+    if run.to_usd_s is not None and run.startup_s is not None:  # so that the rows add up to the wall
+        other = run.to_usd_s - run.startup_s - sum(stages.values())
+        lines.append(f"  {'other (between stages, the exit)':<34} {other:7.2f} s")
     lines += [f"  {'process start -> usd/root.usda':<34} {_f(run.to_usd_s, '7.2f', ' s')}",
               f"  {'process wall':<34} {run.wall_s:7.2f} s",
               f"  held-out PSNR {_f(m.get('psnr'), '.2f', ' dB')}, SSIM {_f(m.get('ssim'), '.3f')} over "

@@ -203,6 +203,17 @@ _BUILD_FLAGS = {"steps": "--steps", "max_gaussians": "--max-gaussians", "seed": 
                 "downscale": "--downscale", "eval_every": "--eval-every", "budget_s": "--budget-s"}
 
 
+def _non_negative_int(text: str) -> int:
+    """A whole number >= 0 (argparse reports anything else as a usage error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value}")
+    return value
+
+
 def _option_flag(err: OptionError, given: set[str]) -> str:
     """An option error as the command line gave the option (its flag, or ``--set KEY=VALUE``)."""
     if err.option in given:
@@ -250,7 +261,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         result = build(args.capture, args.out, preset=args.preset, budget_s=args.budget_s, device=args.device,
                        format=args.format, overwrite=args.overwrite, progress=not args.no_progress,
                        collision=args.collision, usdz=args.usdz, profile=args.profile,
-                       load_options=_load_options(args), **options)
+                       profile_start=args.profile_start, load_options=_load_options(args), **options)
     except CaptureError as err:
         print(err, file=sys.stderr)
         return 1
@@ -319,6 +330,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                 options += ["--steps", str(args.steps)]
             if args.profile:
                 options.append("--profile")
+            if args.profile_start is not None:
+                options += ["--profile-start", str(args.profile_start)]
             for key, value in args.set:
                 options += ["--set", f"{key}={value}"]
             label = f"{capture.name} {args.build_preset}" + (f" budget {budget:g} s" if budget is not None else "") + \
@@ -733,6 +746,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time every stage and the parts of a window of training steps (host and GPU time, the "
                         "GPU's idle time, the largest kernels): printed at the end and written to "
                         "profile.txt / profile.json in the run directory")
+    p.add_argument("--profile-start", type=_non_negative_int, default=None, metavar="STEP",
+                   help="--profile with its window of steps starting at STEP (default: mid-run)")
     p.set_defaults(func=_cmd_build)
 
     p = sub.add_parser(
@@ -752,6 +767,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=field_type(TrainConfig, "steps"), default=None,
                    help="training steps (default: the preset's)")
     p.add_argument("--profile", action="store_true", help="build with --profile and print its tables")
+    p.add_argument("--profile-start", type=_non_negative_int, default=None, metavar="STEP",
+                   help="profile the window of steps starting at STEP (implies --profile)")
     p.add_argument("--set", action="append", default=[], type=parse_option, metavar="KEY=VALUE",
                    help="a training or init option for every build (repeatable)")
     p.add_argument("--device", default="auto", type=device_type, help="auto (default), cpu, cuda or cuda:N")

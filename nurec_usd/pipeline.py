@@ -256,8 +256,8 @@ def initial_scene(capture: Capture, data: CaptureData, init: InitConfig,
 def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_s: float | None = None,
           device: str = "auto", format: str | None = None, overwrite: bool = False, progress: bool = True,
           log: Callable[[str], None] | None = None, collision: bool = False, usdz: bool = False,
-          profile: bool = False, load_options: dict[str, Any] | None = None,
-          **options: Any) -> BuildResult:
+          profile: bool = False, profile_start: int | None = None,
+          load_options: dict[str, Any] | None = None, **options: Any) -> BuildResult:
     """Reconstruct a capture into a run directory ``out`` (see the module docstring).
 
     Args:
@@ -273,6 +273,8 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         usdz: also package the USD export as ``usd/scene.usdz``.
         profile: also time the parts of a window of training steps on the host and the GPU and
             write the stage and step tables to ``profile.txt`` / ``profile.json`` (``nurec_usd.profiling``).
+        profile_start: the first step of the profiled window (default: mid-run, or step 200 of a
+            budget-bound run); implies ``profile``.
         load_options: keywords of ``load_any`` (``skip_missing``, ``scene``).
         **options: overrides of any training or init option (``steps=500``, ``max_gaussians=...``).
 
@@ -300,14 +302,18 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
     started_at = time.time()
     clock = StageClock()
     say = log or (lambda msg: tqdm.write(msg, file=sys.stderr))
-    config = make_config(preset, device=device, budget_s=budget_s, **options)
-    dev = resolve_device(config.device)
-    init_warp()
-    from nurec_usd.render.warmup import KernelWarmup
+    profile = profile or profile_start is not None
+    with clock("setup"):  # the configuration, the GPU's context, Warp, the kernel warm-up's start
+        config = make_config(preset, device=device, budget_s=budget_s, **options)
+        dev = resolve_device(config.device)
+        if dev.type == "cuda":
+            torch.cuda.init()
+        init_warp()
+        from nurec_usd.render.warmup import KernelWarmup
 
-    warmup = KernelWarmup(dev)  # GPU kernels compile while the capture loads (no-op on the CPU)
-    torch.manual_seed(config.train.seed)
-    staged = StagedDirectory(out, overwrite=overwrite)
+        warmup = KernelWarmup(dev)  # GPU kernels compile while the capture loads (no-op on the CPU)
+        torch.manual_seed(config.train.seed)
+        staged = StagedDirectory(out, overwrite=overwrite)
     signals = interrupts.handled(only_if_default=True)  # SIGTERM stops a build like Ctrl-C
     signals.__enter__()
     stage = "load"
@@ -376,15 +382,21 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
             f"({clock.seconds('init'):.1f} s)")
 
         stage = "train"
-        from nurec_usd.train.trainer import Trainer
-
         steps = config.train.steps
-        # the window: mid-run; with a budget the step count is only a bound, so a fixed early window
-        window_start = steps // 2 if config.budget_s is None else min(steps // 2, 200)
-        profiler = StepProfiler(dev, start=window_start, steps=max(1, min(30, steps // 10)), enabled=profile)
-        trainer = Trainer(scene, data, config.train, log=say, profiler=profiler)
+        with clock("train"), clock("trainer setup"):
+            from nurec_usd.train.trainer import Trainer
+
+            # the window: mid-run; with a budget the step count is only a bound, so a fixed early window
+            window_start = steps // 2 if config.budget_s is None else min(steps // 2, 200)
+            if profile_start is not None:
+                window_start = profile_start
+            profiler = StepProfiler(dev, start=window_start, steps=max(1, min(30, steps // 10)), enabled=profile)
+            trainer = Trainer(scene, data, config.train, log=say, profiler=profiler)
         with clock("train"), progress_bar(steps, "train", "step", enabled=progress, postfix_follows=True) as bar:
-            result = trainer.run(config.budget_s, progress=bar)
+            with clock("steps"):
+                result = trainer.run(config.budget_s, progress=bar)
+            for part, seconds in result.part_seconds.items():  # inside the steps' time
+                clock.add(f"steps/{part}", seconds)
         num_gaussians = scene.num_gaussians
         say(f"training {result.status}: {result.message} ({result.seconds:.1f} s, "
             f"{result.steps / max(result.seconds, 1e-9):.1f} steps/s)")
@@ -395,11 +407,11 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         # The USD export is host work (numpy, pxr) and the evaluation GPU work: the export runs in
         # a thread beside the evaluation, except with a collision mesh, whose depth renders would
         # share the GPU and Warp's stream with it.
-        from nurec_usd.train.evaluate import evaluate  # before the export thread: see _UsdExport.start
-
-        export = _UsdExport(scene, staged.path / "usd", usdz=usdz, collision=collision, device=dev,
-                            progress=progress)
         with clock("export"):
+            from nurec_usd.train.evaluate import evaluate  # before the export thread: see _UsdExport.start
+
+            export = _UsdExport(scene, staged.path / "usd", usdz=usdz, collision=collision, device=dev,
+                                progress=progress)
             with clock("save scene"):
                 scene.save(staged.path / "scene.pt")
             if collision:

@@ -49,6 +49,8 @@ class TrainResult:
     seconds: float
     history: list[dict[str, Any]] = field(default_factory=list)  # one row per log interval
     overflows: int = 0  # steps whose intersections exceeded the buffer (re-sized afterwards)
+    # wall seconds of parts of the run (refinements, read-backs, the coarse phase: the profile's rows)
+    part_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def _as_parameters(params: GaussianParams) -> GaussianParams:
@@ -282,10 +284,16 @@ class Trainer:
         next_refine = cfg.refine_start_fraction
         last_log = 0
         prof = self.prof
+        parts = {"refinements": 0.0, "read-backs (sync)": 0.0}
+        level = None
         try:
             for step in range(cfg.steps):
                 elapsed = time.monotonic() - start
                 self.progress = step / cfg.steps if budget_s is None else max(step / cfg.steps, elapsed / budget_s)
+                if level is not None and self.level() != level:  # the coarse phase ends (one sync, once)
+                    self._synchronize()
+                    parts["coarse phase"] = time.monotonic() - start
+                level = self.level()
                 prof.begin_step(step)
                 self._schedule()
                 pending.append(self.step(step))
@@ -295,20 +303,25 @@ class Trainer:
                 done = step + 1
                 if self.progress >= next_refine:
                     if self.progress < cfg.refine_stop_fraction and step > 0:
+                        t0 = time.monotonic()
                         with prof.part("refine"):
                             before = scene.num_gaussians
                             stats = self._refine()
                             self.renderer = SceneRenderer(scene, actor_motion=cfg.lidar_actor_motion)
                             self._grow_capacities(scene.num_gaussians / max(1, before))
-                        history.append({"step": done, "event": "refine", **stats, "gaussians": scene.num_gaussians})
+                        parts["refinements"] += time.monotonic() - t0  # host time: it synchronises
+                        history.append({"step": done, "event": "refine", **stats, "gaussians": scene.num_gaussians,
+                                        "seconds": round(time.monotonic() - start, 3)})
                     while next_refine <= self.progress:  # one refinement however far progress jumped
                         next_refine += max(cfg.refine_every_fraction, 1e-9)
                 at_log = done % cfg.log_interval == 0 or done == cfg.steps
                 over_budget = budget_s is not None and time.monotonic() - start >= budget_s
                 read = None
                 if at_log or over_budget:
+                    t0 = time.monotonic()
                     with prof.part("log (sync)"):
                         read = self._read_back(pending)
+                    parts["read-backs (sync)"] += time.monotonic() - t0  # mostly waiting for the GPU
                     pending.clear()
                 prof.end_step(step)
                 if read is None:
@@ -354,9 +367,12 @@ class Trainer:
                 done = checkpoint_step
                 message = (f"interrupted after the parameters became NaN or infinite; kept the checkpoint of "
                            f"step {checkpoint_step}")
+        self._synchronize()
+        return TrainResult(done, status, message, time.monotonic() - start, history, overflows, parts)
+
+    def _synchronize(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        return TrainResult(done, status, message, time.monotonic() - start, history, overflows)
 
     def _grow_capacities(self, factor: float) -> None:
         """The count grew at a refinement (a sync point already): make room for the latest renders'

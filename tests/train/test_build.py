@@ -26,7 +26,7 @@ def test_run_directory_holds_everything(tiny_run):
     assert len(list((tiny_run / "eval").glob("*.png"))) == 1  # the held-out sweep's range images
     assert not list(tiny_run.parent.glob(".*partial*")), "the staging folder was left behind"
     manifest = json.loads((tiny_run / "manifest.json").read_text())
-    assert set(manifest["stage_seconds"]) == {"load", "init", "train", "eval", "export"}
+    assert set(manifest["stage_seconds"]) == {"setup", "load", "init", "train", "eval", "export"}
     assert manifest["usd_export"] == "written"
     digest = hashlib.sha256((SAMPLE / "capture.json").read_bytes()).hexdigest()
     row = next(r for r in manifest["inputs"]["files"] if r["path"] == "capture.json")
