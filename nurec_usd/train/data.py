@@ -493,9 +493,10 @@ class CaptureData:
         masks = [self.cameras[ref.camera].masks for ref in group.frames]
         if all(m is None for m in masks):
             return img, None
-        mask = torch.stack([m[ref.frame] if m is not None else torch.ones(img.shape[1] * level, img.shape[2] * level,
-                                                                           dtype=torch.bool, device=self.device)
-                            for m, ref in zip(masks, group.frames)])
+        # a camera without masks gets an all-true one of its stored size (odd sizes do not halve exactly)
+        mask = torch.stack([m[ref.frame] if m is not None else torch.ones(stored.shape[:2], dtype=torch.bool,
+                                                                           device=self.device)
+                            for m, ref, stored in zip(masks, group.frames, images)])
         if level > 1:  # a shrunk pixel counts only when all of the pixels it covers do
             c, h, w = img.shape[:3]
             mask = mask[:, :h * level, :w * level].reshape(c, h, level, w, level).all(4).all(2)

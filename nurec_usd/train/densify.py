@@ -21,6 +21,7 @@ Gaussians are kept sorted by actor (the interpolation's backward is faster that 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -28,6 +29,9 @@ from nurec_usd.render.warp_torch import launch, warp_device
 from nurec_usd.scene.gaussians import GaussianParams
 from nurec_usd.sensors.se3 import quat_normalize, quat_to_matrix
 from warp_kernels import perturb as kperturb
+
+if TYPE_CHECKING:
+    from nurec_usd.train.adam import FusedAdam
 
 MAX_COPIES = 51  # a source shares its opacity among at most this many copies
 
@@ -60,7 +64,7 @@ def split_opacity_and_scale(opacity: torch.Tensor,  # [M] of the sources, in (0,
     return o_new.to(opacity.dtype), factor.to(opacity.dtype)
 
 
-def remap_rows(optimizer: torch.optim.Optimizer, old: torch.nn.Parameter, data: torch.Tensor,
+def remap_rows(optimizer: FusedAdam, old: torch.nn.Parameter, data: torch.Tensor,
                row_map: torch.Tensor) -> torch.nn.Parameter:
     """Replace parameter ``old`` by a new one holding ``data``, carrying Adam's state along the rows.
 
@@ -85,14 +89,14 @@ def remap_rows(optimizer: torch.optim.Optimizer, old: torch.nn.Parameter, data: 
     return new
 
 
-def _apply(params: GaussianParams, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor],
+def _apply(params: GaussianParams, optimizer: FusedAdam, data: dict[str, torch.Tensor],
            row_map: torch.Tensor) -> GaussianParams:
     return GaussianParams(**{name: remap_rows(optimizer, getattr(params, name), data[name], row_map)
                              for name in GaussianParams.FIELDS})
 
 
 @torch.no_grad()
-def relocate_and_grow(params: GaussianParams, optimizer: torch.optim.Optimizer, *, dead_opacity: float,
+def relocate_and_grow(params: GaussianParams, optimizer: FusedAdam, *, dead_opacity: float,
                       add: int, generator: torch.Generator | None = None,
                       actor_index: torch.Tensor | None = None,  # [N] int32 for actor sets
                       ) -> tuple[GaussianParams, torch.Tensor | None, dict[str, int]]:

@@ -47,6 +47,25 @@ def test_capture_data_layout_and_targets():
     assert data.intensity_scale > 0 and float(inten.max()) <= 1.0 and float(inten[rng > 0].mean()) > 0
 
 
+def test_coarse_targets_of_a_group_with_and_without_masks_at_an_odd_height():
+    """At downscale 4 the tiny sample's images are 80x45: a coarse (level 2) target of a group
+    where some cameras have masks and others none stacks masks of one size."""
+    from nurec_usd.train.data import CaptureData
+
+    capture = load_capture(REPO / "samples" / "tiny")
+    data = CaptureData(capture, "cpu", eval_every=8, downscale=4)
+    assert data.cameras[0].images.shape[1] == 45  # odd: a level-2 pixel grid drops the last row
+    data.cameras[0].masks = torch.ones(data.cameras[0].images.shape[:3], dtype=torch.bool)
+    data.cameras[0].masks[:, :2] = False  # the top two rows do not count
+    group = data.groups(data.train_frames, 0)[0]
+    assert len(group.frames) > 1 and any(data.cameras[r.camera].masks is None for r in group.frames)
+    image, mask = data.target_images(group, level=2)
+    assert image.shape[1:3] == (22, 40) and mask.shape == (len(group.frames), 22, 40)
+    first = [i for i, r in enumerate(group.frames) if r.camera == 0][0]
+    assert not bool(mask[first, 0].any()) and bool(mask[first, 1:].all())
+    assert bool(mask[[i for i in range(len(group.frames)) if i != first]].all())
+
+
 def test_lens_mask_covers_exactly_the_imaged_circle():
     from nurec_usd.train.data import CaptureData
 

@@ -94,3 +94,33 @@ def test_cuda_code_generation(tmp_path):
             pytest.skip(f"no NVRTC here: {exc}")
         raise
     assert paths and all(p.stat().st_size > 0 for p in paths)
+
+
+def test_groups_take_the_defaults_and_zero_grad_works_both_ways():
+    a = torch.ones(4, requires_grad=True)
+    b = torch.ones(2, requires_grad=True)
+    opt = FusedAdam([{"params": [a], "lr": 0.5}, {"params": [b]}], lr=0.1, betas=(0.8, 0.9), eps=1e-6)
+    assert [g["lr"] for g in opt.param_groups] == [0.5, 0.1]
+    assert opt.param_groups[1]["betas"] == (0.8, 0.9) and opt.param_groups[1]["eps"] == 1e-6
+    (a.sum() + b.sum()).backward()
+    opt.zero_grad(set_to_none=False)
+    assert a.grad is not None and float(a.grad.abs().sum()) == 0.0
+    opt.zero_grad()
+    assert a.grad is None and b.grad is None
+    with pytest.raises(ValueError, match="empty parameter list"):
+        FusedAdam([])
+    with pytest.raises(ValueError, match="invalid Adam settings"):
+        FusedAdam([a], betas=(1.0, 0.9))
+
+
+def test_does_not_import_dynamo():
+    """A torch.optim.Optimizer imports torch._dynamo when constructed (seconds of a build's wall
+    time); FusedAdam must not."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\nfrom nurec_usd.train.adam import FusedAdam\n"
+            "p = torch.zeros(3, requires_grad=True)\nopt = FusedAdam([p], lr=0.1)\n"
+            "(p * 2).sum().backward()\nopt.step()\nopt.zero_grad()\nprint('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False", out.stdout + out.stderr
