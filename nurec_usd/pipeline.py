@@ -397,6 +397,8 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
                 result = trainer.run(config.budget_s, progress=bar)
             for part, seconds in result.part_seconds.items():  # inside the steps' time
                 clock.add(f"steps/{part}", seconds)
+            if profile:  # what --profile itself added to the steps' time
+                clock.add("steps/the profiler's own time", profiler.own_s)
         num_gaussians = scene.num_gaussians
         say(f"training {result.status}: {result.message} ({result.seconds:.1f} s, "
             f"{result.steps / max(result.seconds, 1e-9):.1f} steps/s)")

@@ -43,7 +43,7 @@ def process_age_s() -> float | None:
 class StageRow:
     name: str  # "load" or "load/decode"
     wall_s: float
-    cpu_s: float
+    cpu_s: float | None  # None: measured elsewhere, without the CPU time
 
 
 class StageClock:
@@ -67,12 +67,14 @@ class StageClock:
             row.wall_s += time.perf_counter() - wall
             row.cpu_s += time.process_time() - cpu
 
-    def add(self, name: str, wall_s: float, cpu_s: float = 0.0) -> None:
-        """Record a stage (a part of the stages entered now) measured elsewhere, e.g. in a thread."""
+    def add(self, name: str, wall_s: float, cpu_s: float | None = None) -> None:
+        """Record a stage (a part of the stages entered now) measured elsewhere, e.g. in a thread
+        (``cpu_s`` None: not measured; the table shows "-")."""
         name = "/".join((*self._stack, name))
-        row = self.rows.setdefault(name, StageRow(name, 0.0, 0.0))
+        row = self.rows.setdefault(name, StageRow(name, 0.0, None if cpu_s is None else 0.0))
         row.wall_s += wall_s
-        row.cpu_s += cpu_s
+        if cpu_s is not None:
+            row.cpu_s = (row.cpu_s or 0.0) + cpu_s
 
     def seconds(self, name: str) -> float:
         row = self.rows.get(name)
@@ -91,7 +93,7 @@ class StageClock:
             return [names.index("/".join(parts[:i + 1])) if "/".join(parts[:i + 1]) in self.rows else -1
                     for i in range(len(parts))]
 
-        return [{"stage": r.name, "wall_s": round(r.wall_s, 4), "cpu_s": round(r.cpu_s, 4)}
+        return [{"stage": r.name, "wall_s": round(r.wall_s, 4), "cpu_s": None if r.cpu_s is None else round(r.cpu_s, 4)}
                 for r in sorted(self.rows.values(), key=lambda r: key(r.name))]
 
 
@@ -127,6 +129,7 @@ class StepProfiler:
         self._step_events: tuple[Any, Any] | None = None
         self._step_t0 = 0.0
         self._torch_profile: Any = None
+        self.own_s = 0.0  # wall seconds the profiler itself took inside the steps (its syncs, the trace)
 
     # -- the step ------------------------------------------------------------------------
 
@@ -137,9 +140,11 @@ class StepProfiler:
         if self.cuda and step == self.start + self.steps:
             import torch
 
+            t0 = time.perf_counter()
             torch.cuda.synchronize()
             self._torch_profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
             self._torch_profile.__enter__()
+            self.own_s += time.perf_counter() - t0
         if self._timing:
             self._step_t0 = time.perf_counter()
             if self.cuda:
@@ -152,10 +157,14 @@ class StepProfiler:
             self.step_host_s.append(time.perf_counter() - self._step_t0)
             if self.cuda:
                 self._step_events = (self._step_events[0], self._event())
-                self._collect_events()
+                t0 = time.perf_counter()
+                self._collect_events()  # a sync per timed step
+                self.own_s += time.perf_counter() - t0
             self._timing = False
         if self._torch_profile is not None and step == self.start + 2 * self.steps - 1:
-            self._finish_torch_profile()
+            t0 = time.perf_counter()
+            self._finish_torch_profile()  # seconds on a GPU: the trace is read back and parsed
+            self.own_s += time.perf_counter() - t0
 
     def part(self, name: str):
         """A context timing one part of the current step (a no-op outside the timed window)."""
@@ -254,6 +263,9 @@ def format_profile(stages: list[dict[str, Any]], step: dict[str, Any] | None, ke
     for row in stages:
         depth = row["stage"].count("/")
         name = "  " * depth + row["stage"].rsplit("/", 1)[-1]
+        if row["cpu_s"] is None:  # measured elsewhere (a thread, the trainer)
+            lines.append(f"{name:<32} {row['wall_s']:8.2f} {'-':>8} {'-':>7}")
+            continue
         cores = row["cpu_s"] / row["wall_s"] if row["wall_s"] > 0 else 0.0
         lines.append(f"{name:<32} {row['wall_s']:8.2f} {row['cpu_s']:8.2f} {cores:7.1f}")
     if not step or not step.get("steps_timed"):

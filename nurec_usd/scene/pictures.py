@@ -18,7 +18,7 @@ def to_uint8(image: torch.Tensor) -> np.ndarray:  # [..., H, W, 3] float in [0, 
 def range_picture(ranges: torch.Tensor, max_range: float) -> np.ndarray:  # [C, W] -> [C, W, 3] uint8
     """Range image in false colour on a log scale from 1 m to the maximum range (near: yellow,
     far: blue; no return: black). Rows as given: order channels highest first to see the world upright."""
-    r = (ranges.clamp_min(1.0).log() / math.log(max(max_range, 2.0))).clamp(0, 1).cpu().numpy()
-    rgb = np.stack((1 - r, 1 - 0.5 * r, 0.2 + 0.8 * r), -1)
-    rgb[ranges.cpu().numpy() <= 0] = 0
-    return (rgb * 255).astype(np.uint8)
+    # computed where the ranges are (the GPU in a build): one uint8 copy to the host
+    r = (ranges.float().clamp_min(1.0).log() / math.log(max(max_range, 2.0))).clamp(0, 1)
+    rgb = torch.stack((1 - r, 1 - 0.5 * r, 0.2 + 0.8 * r), -1) * (ranges > 0)[..., None]
+    return (rgb * 255).to(torch.uint8).cpu().numpy()

@@ -236,6 +236,35 @@ def range_images(sweeps: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor
 
 
 @dataclass
+class _PreparedSweep:
+    """A sweep read and split on the host (``_prepare_sweep``), ready to copy to the device."""
+
+    kept: tuple[np.ndarray, np.ndarray, np.ndarray]  # points [N, 3] f32, intensity [N] f32, channel [N] int64
+    dropped: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # the returns lidar_keep left out (None: none)
+    times_s: np.ndarray  # [N] float64, the kept points' firing times, seconds since the capture start
+    compensated: bool  # every point carries the sweep's timestamp (compensated by the source)
+    nonfinite: int  # points dropped for non-finite coordinates
+
+
+def _prepare_sweep(lidar, index: int, keep_fn, seconds) -> _PreparedSweep:
+    """Read sweep ``index`` of ``lidar`` and split off the returns ``keep_fn`` refuses: the host
+    work of a sweep, done in the read-ahead threads (numpy releases the GIL on whole arrays)."""
+    sweep = lidar.load_sweep(index)
+    points = np.ascontiguousarray(sweep.points, dtype=np.float32)
+    intensity = np.ascontiguousarray(sweep.intensity, dtype=np.float32)
+    channel = np.asarray(sweep.channel, dtype=np.int64)
+    stamps = sweep.timestamps_us
+    compensated = len(sweep) > 0 and bool(np.all(stamps == lidar.sweeps[index].timestamp_us))
+    dropped = None
+    keep = None if keep_fn is None else np.asarray(keep_fn(lidar.id, points), dtype=bool)
+    if keep is not None and not keep.all():
+        dropped = (points[~keep], intensity[~keep], channel[~keep])
+        points, intensity, channel, stamps = points[keep], intensity[keep], channel[keep], stamps[keep]
+    return _PreparedSweep((points, intensity, channel), dropped, np.asarray(seconds(stamps), dtype=np.float64),
+                          compensated, sweep.dropped_nonfinite)
+
+
+@dataclass
 class SweepPoints:
     """A training sweep's points as read, kept for the initialisation (which places them in the world)."""
 
@@ -367,31 +396,31 @@ class CaptureData:
 
         def flush() -> None:
             r, it = range_images(batch, model, lidar.channels, lidar.columns)
-            if any(len(d[0]) for d in dropped):  # rays whose only return was dropped: -1, left out
-                blocked, _ = range_images(dropped, model, lidar.channels, lidar.columns)
+            if any(d is not None for d in dropped):  # rays whose only return was dropped: -1, left out
+                empty = tuple(a[:0] for a in batch[0])
+                blocked, _ = range_images([d if d is not None else empty for d in dropped], model,
+                                          lidar.channels, lidar.columns)
                 r = torch.where((r == 0) & (blocked > 0), torch.full_like(r, -1.0), r)
             ranges.append(r)
             intens.append(it)
             batch.clear()
             dropped.clear()
 
-        for si, sweep in enumerate(prefetched(lidar.load_sweep, range(len(lidar.sweeps)))):
-            self.nonfinite_points += sweep.dropped_nonfinite
-            self.nonfinite_sweeps += int(sweep.dropped_nonfinite > 0)
-            compensated[si] = len(sweep) > 0 and bool(np.all(sweep.timestamps_us == lidar.sweeps[si].timestamp_us))
-            points, intensity, channel, stamps = sweep.points, sweep.intensity, sweep.channel, sweep.timestamps_us
-            keep = None if self.lidar_keep is None else np.asarray(self.lidar_keep(lidar.id, points), dtype=bool)
-            if keep is not None and not keep.all():
-                self.dropped_points += int((~keep).sum())
-                dropped.append(_sweep_tensors(points[~keep], intensity[~keep], channel[~keep], dev))
-                points, intensity, channel, stamps = points[keep], intensity[keep], channel[keep], stamps[keep]
-            else:
-                dropped.append(_sweep_tensors(points[:0], intensity[:0], channel[:0], dev))
-            tensors = _sweep_tensors(points, intensity, channel, dev)
+        def prepare(si: int) -> _PreparedSweep:  # the host work of a sweep, in a read-ahead thread
+            return _prepare_sweep(lidar, si, self.lidar_keep, self.capture.seconds)
+
+        for si, sweep in enumerate(prefetched(prepare, range(len(lidar.sweeps)), workers=6, depth=12)):
+            self.nonfinite_points += sweep.nonfinite
+            self.nonfinite_sweeps += int(sweep.nonfinite > 0)
+            compensated[si] = sweep.compensated
+            tensors = _sweep_tensors(*sweep.kept, dev)
             batch.append(tensors)
+            dropped.append(None if sweep.dropped is None else _sweep_tensors(*sweep.dropped, dev))
+            if sweep.dropped is not None:
+                self.dropped_points += len(sweep.dropped[0])
             if not held_out(si, self.eval_every, len(lidar.sweeps)):  # the initialisation reads them again otherwise
-                times = torch.from_numpy(np.asarray(self.capture.seconds(stamps), dtype=np.float64))
-                self.sweep_points[(lidar.id, si)] = SweepPoints(tensors[0], tensors[1], times.to(dev))
+                self.sweep_points[(lidar.id, si)] = SweepPoints(tensors[0], tensors[1],
+                                                                torch.from_numpy(sweep.times_s).to(dev))
             if len(batch) == RANGE_IMAGE_BATCH:
                 flush()
         if batch:

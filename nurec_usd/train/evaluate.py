@@ -20,7 +20,7 @@ from nurec_usd.scene.pictures import range_picture, to_uint8
 from nurec_usd.scene.render import SceneRenderer
 from nurec_usd.train.data import CaptureData
 from nurec_usd.train.fused_ssim import fast_ssim
-from nurec_usd.train.metrics import lidar_errors, psnr
+from nurec_usd.train.metrics import lidar_error_row, lidar_error_tensor, psnr
 
 
 def _lpips_status() -> str:
@@ -90,15 +90,14 @@ def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_s
                     progress(len(group.frames))
         if out_dir is not None and rows:  # written while the sweeps render
             pending.append(writer.submit(contact_sheet, rows, out_dir / "eval_sheet.png"))
-        lidar_rows = []
         with part("sweeps"):
+            errors = []  # [5] on the device per sweep: read back once, after the last
             for ref in data.eval_sweeps:
                 batch, t = data.lidar_batch(ref)
                 true_range, _ = data.lidar_target(ref)
                 lid = renderer.lidar(batch, t)
                 pred = torch.where(lid.hit_prob > 0.5, lid.range, torch.zeros_like(lid.range))
-                lidar_rows.append({"lidar": data.lidars[ref.lidar].id, "sweep": ref.sweep,
-                                   **lidar_errors(lid.range, lid.hit_prob, true_range)})
+                errors.append(lidar_error_tensor(lid.range, lid.hit_prob, true_range))
                 if out_dir is not None:
                     lidar = data.lidars[ref.lidar]
                     order = torch.argsort(lidar.template.elevation, descending=True)  # highest channel on top
@@ -107,6 +106,9 @@ def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_s
                          out_dir / "eval" / f"{lidar.id}_{ref.sweep:05d}_range.png")
                 if progress:
                     progress(1)
+            values = torch.stack(errors).tolist() if errors else []
+            lidar_rows = [{"lidar": data.lidars[ref.lidar].id, "sweep": ref.sweep, **lidar_error_row(v)}
+                          for ref, v in zip(data.eval_sweeps, values)]
         with part("pictures (after rendering)"):
             for job in pending:
                 job.result()  # re-raises a failed write

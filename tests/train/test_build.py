@@ -27,6 +27,9 @@ def test_run_directory_holds_everything(tiny_run):
     assert not list(tiny_run.parent.glob(".*partial*")), "the staging folder was left behind"
     manifest = json.loads((tiny_run / "manifest.json").read_text())
     assert set(manifest["stage_seconds"]) == {"setup", "load", "init", "train", "eval", "export"}
+    stages = {row["stage"] for row in manifest["stages"]}
+    assert {"train/trainer setup", "train/steps", "train/steps/refinements", "train/steps/read-backs (sync)",
+            "eval/sweeps"} <= stages
     assert manifest["usd_export"] == "written"
     digest = hashlib.sha256((SAMPLE / "capture.json").read_bytes()).hexdigest()
     row = next(r for r in manifest["inputs"]["files"] if r["path"] == "capture.json")
