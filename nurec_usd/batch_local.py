@@ -28,10 +28,12 @@ class BatchSetupError(ValueError):
 
 @dataclass(frozen=True)
 class Slot:
-    """Where one worker runs: the GPU it sees (None: the CPU) and its torch threads on the CPU."""
+    """Where one worker runs: the GPU it sees (None: the CPU), its torch threads and the CPU cores
+    it may use (None: all)."""
 
     gpu: str | None
     threads: int | None = None
+    cores: tuple[int, ...] | None = None
 
     @property
     def label(self) -> str:
@@ -63,11 +65,25 @@ def plan_slots(workers: int | None, device: str) -> list[Slot]:
     gpus = [] if device == "cpu" else visible_gpus()
     if device == "cuda" and not gpus:
         raise BatchSetupError("--device cuda: no GPU is visible here (CUDA_VISIBLE_DEVICES, torch.cuda)")
-    if gpus:
-        return [Slot(gpus[i % len(gpus)]) for i in range(workers or len(gpus))]
-    count = workers or 1
-    # CPU workers split the cores rather than each taking all of them
-    return [Slot(None, threads=max(1, (os.cpu_count() or 1) // count)) for _ in range(count)]
+    count = workers or max(1, len(gpus))
+    places = [gpus[i % len(gpus)] if gpus else None for i in range(count)]
+    if count == 1:
+        return [Slot(places[0])]
+    # Workers split the cores rather than each taking all of them: two builds that each run a
+    # thread per core (torch's, the decoders') slow each other several times over (measured on
+    # one GPU: benchmarks/RESULTS.md, batch-throughput).
+    cores = available_cores()
+    if len(cores) < count:  # fewer cores than workers: share them, a thread each
+        return [Slot(place, threads=1) for place in places]
+    share = len(cores) // count
+    return [Slot(place, threads=share, cores=tuple(cores[i * share:(i + 1) * share])) for i, place in enumerate(places)]
+
+
+def available_cores() -> list[int]:
+    """The CPU cores this process may run on (its affinity where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
 
 
 def _watch_parent(parent: int) -> None:
@@ -87,6 +103,8 @@ def _worker_main(slot: Slot, parent: int, conn) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     signal.signal(signal.SIGTERM, _sigterm)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if slot.cores is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, slot.cores)  # the decoding pools size themselves by it (default_workers)
     if slot.threads is not None:
         import torch
 

@@ -321,3 +321,27 @@ def test_ray_batch_retries_a_lost_worker_then_skips_everything(captures, tmp_pat
     again = batch([captures], out, ray=True, device="cpu", progress=False, log=_quiet, **QUICK)
     assert {r["name"]: r["status"] for r in again.runs} == {"a": "skipped", "b": "skipped", "c": "skipped",
                                                              "broken": "failed"}
+
+
+def test_workers_split_the_cores_between_them(monkeypatch):
+    """Two builds that each take every core slow each other several times over: workers get
+    disjoint cores (and as many torch threads), on a shared GPU as on the CPU."""
+    import os
+
+    from nurec_usd import batch_local
+
+    monkeypatch.setattr(batch_local, "available_cores", lambda: list(range(16)))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    one = batch_local.plan_slots(None, "cuda")
+    assert one == [batch_local.Slot("0")]  # one worker keeps the whole machine
+    two = batch_local.plan_slots(2, "cuda")
+    assert [s.gpu for s in two] == ["0", "0"] and [s.threads for s in two] == [8, 8]
+    assert set(two[0].cores) | set(two[1].cores) == set(range(16)) and not set(two[0].cores) & set(two[1].cores)
+    cpu = batch_local.plan_slots(3, "cpu")
+    assert [s.gpu for s in cpu] == [None] * 3 and [len(s.cores) for s in cpu] == [5, 5, 5]
+    monkeypatch.setattr(batch_local, "available_cores", lambda: [0, 1])
+    assert [s.threads for s in batch_local.plan_slots(4, "cpu")] == [1] * 4
+    assert all(s.cores is None for s in batch_local.plan_slots(4, "cpu"))
+    if hasattr(os, "sched_getaffinity"):
+        monkeypatch.undo()
+        assert batch_local.available_cores() == sorted(os.sched_getaffinity(0))

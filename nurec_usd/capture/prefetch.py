@@ -12,8 +12,9 @@ R = TypeVar("R")
 
 
 def default_workers() -> int:
-    """Threads for reading and decoding: one per CPU core, at most 32."""
-    return max(1, min(32, os.cpu_count() or 4))
+    """Threads for reading and decoding: one per CPU core this process may use, at most 32."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 4)
+    return max(1, min(32, cores))
 
 
 def prefetched(fn: Callable[[T], R], items: Iterable[T], workers: int = 4, depth: int = 8) -> Iterator[R]:

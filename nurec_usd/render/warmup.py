@@ -52,7 +52,8 @@ class KernelWarmup:
         modules = [wp.get_module(importlib.import_module(f"warp_kernels.{name}").__name__) for name in BUILD_MODULES]
         modules += [wp.get_module(f"warp_kernels.{name}") for name in BUILD_VARIANTS]  # defined by the imports above
         index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-        workers = workers or min(len(modules), max(1, (os.cpu_count() or 2) // 2))
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+        workers = workers or min(len(modules), max(1, cores // 2))
         self._thread = threading.Thread(target=self._compile, args=(modules, f"cuda:{index}", workers),
                                         name="kernel-warmup", daemon=True)
         self._thread.start()
