@@ -69,9 +69,9 @@ def plan_slots(workers: int | None, device: str) -> list[Slot]:
     places = [gpus[i % len(gpus)] if gpus else None for i in range(count)]
     if count == 1:
         return [Slot(places[0])]
-    # Workers split the cores rather than each taking all of them: two builds that each run a
-    # thread per core (torch's, the decoders') slow each other several times over (measured on
-    # one GPU: benchmarks/RESULTS.md, batch-throughput).
+    # Workers split the cores rather than each taking all of them: two builds that each ran a
+    # thread per core (torch's, the decoders') on one GPU took 3-4x as long each, the GPU idle
+    # most of the time (benchmarks/RESULTS.md, batch-throughput).
     cores = available_cores()
     if len(cores) < count:  # fewer cores than workers: share them, a thread each
         return [Slot(place, threads=1) for place in places]

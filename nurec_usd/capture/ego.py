@@ -127,7 +127,7 @@ def _erode(mask: torch.Tensor, r: int) -> torch.Tensor:
 def _flood(seed: torch.Tensor, inside: torch.Tensor) -> torch.Tensor:  # [H, W] bool each
     """The pixels of ``inside`` 4-connected (through ``inside``) to ``seed``."""
     region = seed & inside
-    kernel = torch.tensor([[0, 1, 0], [1, 1, 1], [0, 1, 0]], dtype=torch.float32)[None, None]
+    kernel = torch.tensor([[0, 1, 0], [1, 1, 1], [0, 1, 0]], dtype=torch.float32, device=seed.device)[None, None]
     while True:
         grown = (F.conv2d(region[None, None].float(), kernel, padding=1)[0, 0] > 0) & inside
         if torch.equal(grown, region):
@@ -138,20 +138,19 @@ def _flood(seed: torch.Tensor, inside: torch.Tensor) -> torch.Tensor:  # [H, W] 
         region = grown
 
 
-def _shrink(images: np.ndarray, factor: int) -> np.ndarray:  # [F, H, W, 3] -> [F, H/f, W/f, 3] float32
+def _shrink(images: torch.Tensor, factor: int) -> torch.Tensor:  # [F, H, W, 3] -> [F, H/f, W/f, 3] float32
     """Block means of ``factor`` x ``factor`` pixels (a partial last block is dropped)."""
-    # torch's pooling: several times faster than a numpy reshape-mean on a camera's frames
-    x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float()  # [F, 3, H, W]
-    return F.avg_pool2d(x, factor, stride=factor).permute(0, 2, 3, 1).contiguous().numpy()
+    x = images.permute(0, 3, 1, 2).float()  # [F, 3, H, W]
+    return F.avg_pool2d(x, factor, stride=factor).permute(0, 2, 3, 1).contiguous()
 
 
-def _sharp_outline_share(mean: np.ndarray,  # [h, w, 3] the frames' mean
+def _sharp_outline_share(mean: torch.Tensor,  # [h, w, 3] the frames' mean
                          mask: torch.Tensor, inside: torch.Tensor,  # [h, w] bool each
                          ) -> float:
     """The share of the mask's outline (its pixels next to an inside pixel that is not masked,
     off the bottom row) where the mean image changes by ``MASK_EDGE_LEVELS`` or more across
     two pixels, somewhere within a pixel of it. 1 when the mask has no such outline."""
-    grey = torch.from_numpy(mean.mean(axis=-1))  # [h, w]
+    grey = mean.mean(dim=-1)  # [h, w]
     g = torch.zeros_like(grey)
     g[:, 1:-1] = (grey[:, 2:] - grey[:, :-2]).abs()
     g[1:-1] = torch.maximum(g[1:-1], (grey[2:] - grey[:-2]).abs())
@@ -163,14 +162,15 @@ def _sharp_outline_share(mean: np.ndarray,  # [h, w, 3] the frames' mean
     return float((g[outline] >= MASK_EDGE_LEVELS).float().mean())
 
 
-def estimate_static_mask(images: Sequence[np.ndarray],  # F x [H, W, 3] uint8
-                         lens: np.ndarray | None = None,  # [H, W] bool: pixels inside the lens; None: all
+def estimate_static_mask(images: Sequence[np.ndarray] | Sequence[torch.Tensor],  # F x [H, W, 3] uint8
+                         lens: np.ndarray | torch.Tensor | None = None,  # [H, W] bool: inside the lens; None: all
                          ) -> np.ndarray:  # [H, W] bool
     """The part of a camera's view that the ego vehicle covers: ``True`` on its pixels.
 
     ``images``: frames of one camera taken at different places (``spaced_samples``), at least
-    ``MIN_MASK_FRAMES``. A pixel is static when its temporal spread (standard deviation over
-    the frames, the largest of the three channels, on images shrunk to about
+    ``MIN_MASK_FRAMES``: numpy arrays, or torch tensors, whose device the work then runs on (a
+    build's decoded images: the GPU). A pixel is static when its temporal spread (standard
+    deviation over the frames, the largest of the three channels, on images shrunk to about
     ``MASK_WORK_SIDE`` pixels) is under ``MASK_SPREAD_FRACTION`` of the image's median spread
     (kept within ``MASK_SPREAD_MIN`` .. ``MASK_SPREAD_MAX`` levels). The static pixels are
     opened (thin links to a static sky or wall are cut), the part of them reaching the
@@ -185,35 +185,38 @@ def estimate_static_mask(images: Sequence[np.ndarray],  # F x [H, W, 3] uint8
     not the ego's: they are never static here, the bottom border is the lens's lowest pixel of
     each column, the shares are of the lens's pixels, and the mask stays inside the lens.
     """
-    frames = np.stack([np.asarray(im) for im in images])
-    if frames.ndim != 4 or frames.shape[-1] != 3:
-        raise ValueError(f"expected frames of shape [H, W, 3], got {frames.shape[1:]}")
+    frames = torch.stack([im if isinstance(im, torch.Tensor) else torch.from_numpy(np.asarray(im))
+                          for im in images])
+    if frames.dim() != 4 or frames.shape[-1] != 3:
+        raise ValueError(f"expected frames of shape [H, W, 3], got {tuple(frames.shape[1:])}")
     n, h, w, _ = frames.shape
     none = np.zeros((h, w), dtype=bool)
     if n < MIN_MASK_FRAMES:
         return none
+    dev = frames.device
     factor = max(1, math.ceil(max(h, w) / MASK_WORK_SIDE))
     small = _shrink(frames, factor)  # [F, h, w, 3]
     if lens is None:
-        inside = torch.ones(small.shape[1:3], dtype=torch.bool)
+        inside = torch.ones(small.shape[1:3], dtype=torch.bool, device=dev)
     else:
-        lens = np.asarray(lens, dtype=bool)
-        if lens.shape != (h, w):
-            raise ValueError(f"lens mask is {lens.shape}, the frames are {(h, w)}")
+        lens = (lens if isinstance(lens, torch.Tensor) else torch.from_numpy(np.asarray(lens))).to(dev, torch.bool)
+        if tuple(lens.shape) != (h, w):
+            raise ValueError(f"lens mask is {tuple(lens.shape)}, the frames are {(h, w)}")
         # a shrunk pixel is inside when all it covers is: the black rim is not averaged in
-        inside = torch.from_numpy(_shrink(np.repeat(lens[None, :, :, None], 3, -1).astype(np.uint8), factor)[0, :, :, 0]
-                                  > 0.999)
+        inside = _shrink(lens[None, :, :, None].expand(1, h, w, 3).to(torch.uint8), factor)[0, :, :, 0] > 0.999
     if not bool(inside.any()):
         return none
-    spread = small.std(axis=0).max(axis=-1)  # [h, w] levels
-    level = float(np.median(spread[inside.numpy()]))
+    spread = small.std(dim=0, correction=0).amax(dim=-1)  # [h, w] levels
+    level = float(torch.quantile(spread[inside].double(), 0.5))  # the median, halfway between two middles
     threshold = min(max(MASK_SPREAD_FRACTION * level, MASK_SPREAD_MIN), MASK_SPREAD_MAX)
-    static = torch.from_numpy(spread < threshold) & inside
+    static = (spread < threshold) & inside
     static = _dilate(_erode(static, 1), 1) & inside  # opening
     below = torch.zeros_like(inside)
     below[:-1] = inside[1:]
     bottom = inside & ~below  # the lowest inside pixel of each column (the bottom row without a lens)
     mask = _flood(bottom, static)
+    if not bool(mask.any()):  # nothing static reaches the bottom: no body (the rest would find none)
+        return none
     mask = _erode(_dilate(mask, 2), 2) & inside  # closing
     border = ~inside
     border[0, :] = border[:, 0] = border[:, -1] = True
@@ -222,13 +225,14 @@ def estimate_static_mask(images: Sequence[np.ndarray],  # F x [H, W, 3] uint8
     share = float(mask.float().sum() / inside.float().sum())
     if not MASK_MIN_SHARE <= share <= MASK_MAX_SHARE:
         return none
-    if _sharp_outline_share(small.mean(axis=0), mask, inside) < MASK_EDGE_SHARE:
+    if _sharp_outline_share(small.mean(dim=0), mask, inside) < MASK_EDGE_SHARE:
         return none  # a plain surface that looks the same wherever the rig is, not a body
     # back to the full size (nearest), rows and columns past the shrunk grid take the last ones
     full = mask.repeat_interleave(factor, 0).repeat_interleave(factor, 1)
     full = F.pad(full[None, None].float(), (0, w - full.shape[1], 0, h - full.shape[0]), mode="replicate")[0, 0] > 0.5
-    full = _dilate(full, MASK_MARGIN_PX).numpy()
-    return full if lens is None else full & lens
+    full = _dilate(full, MASK_MARGIN_PX)
+    full = full if lens is None else full & lens
+    return full.cpu().numpy()
 
 
 def read_mask_folder(folder: str | Path, cameras: dict[str, tuple[int, int]]) -> dict[str, np.ndarray]:

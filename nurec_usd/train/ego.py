@@ -124,8 +124,8 @@ def mask_cameras(capture: Capture, data: Any, mode: str, given: dict[str, np.nda
                 continue
             picks = ego.spaced_samples(positions) if mode == "auto" else \
                 np.unique(np.linspace(0, len(frames) - 1, ego.MAX_SAMPLES).round().astype(int)).tolist()
-            images = [cam.images[frames[i]].cpu().numpy() for i in picks]
-            lens = None if cam.lens is None else cam.lens.cpu().numpy()  # a fisheye's black rim is not the ego
+            images = [cam.images[frames[i]] for i in picks]  # where they were decoded to (the GPU in a build)
+            lens = cam.lens  # a fisheye's black rim is not the ego
             pixels = torch.from_numpy(ego.estimate_static_mask(images, lens)) if images else None
             if pixels is None or not bool(pixels.any()):
                 out[cam.id] = {"source": "estimated", "share": 0.0}

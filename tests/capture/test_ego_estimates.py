@@ -39,6 +39,19 @@ def test_static_mask_finds_the_constant_bottom_region():
     assert not mask[: H // 2].any()  # the moving scene above it is not
 
 
+def test_static_mask_of_torch_frames_equals_that_of_numpy_frames():
+    """A build passes its decoded images (torch, on their device) and the lens as a tensor."""
+    import torch
+
+    hood = _hood()
+    frames = _frames(8, hood, seed=3)
+    yy, xx = np.mgrid[:H, :W]
+    lens = ((xx - W / 2) / (W * 0.6)) ** 2 + ((yy - H / 2) / (H * 0.7)) ** 2 < 1
+    want = ego.estimate_static_mask(frames, lens)
+    got = ego.estimate_static_mask([torch.from_numpy(f) for f in frames], torch.from_numpy(lens))
+    assert want.any() and isinstance(got, np.ndarray) and np.array_equal(got, want)
+
+
 def test_static_mask_is_empty_without_a_static_region_or_frames():
     assert not ego.estimate_static_mask(_frames(8, None)).any()  # everything changes
     still = _frames(1, None)[0]
