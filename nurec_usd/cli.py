@@ -20,6 +20,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Callable
 
 from nurec_usd import __version__, interrupts
 from nurec_usd.options import OptionError, check_downscale, device_type, field_type, flag_type
@@ -416,8 +417,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def _cmd_render(args: argparse.Namespace) -> int:
     from nurec_usd.capture.staging import OutputExistsError
-    from nurec_usd.pipeline import BuildError, resolve_device
-    from nurec_usd.replay import Replay, ReplayError, StageCamera
+    from nurec_usd.pipeline import resolve_device
+    from nurec_usd.replay import Replay, StageCamera
     from nurec_usd.replay_files import render_one, render_sequence, sequence_times
 
     sequence = args.start is not None or args.end is not None
@@ -440,7 +441,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
     offsets = any(v != 0.0 for v in (args.lateral_offset, args.height_offset, args.yaw_offset))
     if trajectory or edits or offsets or len(sensors) > 1 or sensors == ["all"]:
         return _render_novel(args, sensors, sequence)
-    try:
+
+    def work() -> list:
         replay = Replay(args.scene, device=resolve_device(args.device))
         sensor = replay.sensor(sensors[0])
         if isinstance(sensor, StageCamera):  # the factor must leave the camera an image
@@ -457,6 +459,18 @@ def _cmd_render(args: argparse.Namespace) -> int:
                 raise OutputExistsError(args.out)
             written = render_one(replay, sensor.id, t, args.out, args.downscale)
             print(f"{sensor.id} at {t:.6f} s")
+        return written
+
+    return _run_render(work)
+
+
+def _run_render(work: Callable[[], list]) -> int:
+    """Run a render command's work: what it wrote, or its error as one line and an exit code."""
+    from nurec_usd.pipeline import BuildError
+    from nurec_usd.replay import ReplayError
+
+    try:
+        written = work()
     except FileExistsError as err:
         print(exists_message("render", err), file=sys.stderr)
         return 2
@@ -503,17 +517,15 @@ def _render_novel(args: argparse.Namespace, sensors: list[str], sequence: bool) 
     """``render`` through the Renderer: a novel trajectory, rig offsets, edited actors, several sensors."""
     import numpy as np
 
-    from nurec_usd.pipeline import BuildError, resolve_device
+    from nurec_usd.pipeline import resolve_device
     from nurec_usd.render.renderer import Renderer, rig_offset_transform
-    from nurec_usd.replay import ReplayError
     from nurec_usd.replay_files import render_frames, sequence_times
     from nurec_usd.trajectory_file import read_trajectory
 
-    try:
+    def work() -> list:
         renderer = Renderer(args.scene, device=resolve_device(args.device))
-        if sensors == ["all"]:
-            sensors = [*renderer.cameras, *renderer.lidars]
-        ids = [renderer.replay.sensor(name).id for name in sensors]
+        names = [*renderer.cameras, *renderer.lidars] if sensors == ["all"] else sensors
+        ids = [renderer.replay.sensor(name).id for name in names]
         cameras = [i for i in ids if i in renderer.cameras]
         lidars = [i for i in ids if i in renderer.lidars]
         check_downscale({c: (renderer.cameras[c].width, renderer.cameras[c].height) for c in cameras},
@@ -548,17 +560,9 @@ def _render_novel(args: argparse.Namespace, sensors: list[str], sequence: bool) 
                                     overwrite=args.overwrite, actor_time=args.actor_time, progress=bar.update)
         what = f"{len(times)} time{'s' * (len(times) > 1)} from {times[0]:.3f} s to {times[-1]:.3f} s"
         print(f"{', '.join(ids)}: {what}" + (f"; copies {', '.join(copies)}" if copies else ""))
-    except FileExistsError as err:
-        print(exists_message("render", err), file=sys.stderr)
-        return 2
-    except OptionError as err:
-        print(f"render: {err.for_flag('--' + err.option)}", file=sys.stderr)
-        return 2
-    except (ReplayError, BuildError, ValueError) as err:
-        print(f"render: {err}", file=sys.stderr)
-        return 1
-    _print_written(written)
-    return 0
+        return written
+
+    return _run_render(work)
 
 
 def _recorded_time(replay, sensor, index: int) -> float:
