@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 NRL_MAGIC = b"NRLIDAR\0"
 NRL_VERSION = 1
 _HEADER = struct.Struct("<8sIIq8x")  # 32 bytes
+NRL_HEADER_BYTES = _HEADER.size
 NRL_BYTES_PER_POINT = 12 + 4 + 4 + 2
 SWEEP_SUFFIXES = (".nrl", ".ply", ".pcd")
 

@@ -36,13 +36,14 @@ from nurec_usd.render.camera import CameraBatch
 from nurec_usd.render.lidar import LidarBatch
 from nurec_usd.scene.render import CameraView, CameraViews
 from nurec_usd.scene.views import camera_geometry, sensor_poses
+from nurec_usd.sensors.se3 import PoseTrajectory
+from nurec_usd.train.sweep_reads import KeepFn, checked_sweep, read_columns
 
 # Frames of one resolution whose readouts start within this many seconds of each other are
 # rendered together: rigs trigger their cameras together (their frames share a timestamp), and
 # the actors of a group are placed at one time, so a wider window would misplace them.
 GROUP_TOLERANCE_S = 0.010
 RANGE_IMAGE_BATCH = 16  # sweeps turned into range images in one pass
-from nurec_usd.sensors.se3 import PoseTrajectory
 
 
 @dataclass(frozen=True)
@@ -236,35 +237,6 @@ def range_images(sweeps: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor
 
 
 @dataclass
-class _PreparedSweep:
-    """A sweep read and split on the host (``_prepare_sweep``), ready to copy to the device."""
-
-    kept: tuple[np.ndarray, np.ndarray, np.ndarray]  # points [N, 3] f32, intensity [N] f32, channel [N] int64
-    dropped: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # the returns lidar_keep left out (None: none)
-    times_s: np.ndarray  # [N] float64, the kept points' firing times, seconds since the capture start
-    compensated: bool  # every point carries the sweep's timestamp (compensated by the source)
-    nonfinite: int  # points dropped for non-finite coordinates
-
-
-def _prepare_sweep(lidar, index: int, keep_fn, seconds) -> _PreparedSweep:
-    """Read sweep ``index`` of ``lidar`` and split off the returns ``keep_fn`` refuses: the host
-    work of a sweep, done in the read-ahead threads (numpy releases the GIL on whole arrays)."""
-    sweep = lidar.load_sweep(index)
-    points = np.ascontiguousarray(sweep.points, dtype=np.float32)
-    intensity = np.ascontiguousarray(sweep.intensity, dtype=np.float32)
-    channel = np.asarray(sweep.channel, dtype=np.int64)
-    stamps = sweep.timestamps_us
-    compensated = len(sweep) > 0 and bool(np.all(stamps == lidar.sweeps[index].timestamp_us))
-    dropped = None
-    keep = None if keep_fn is None else np.asarray(keep_fn(lidar.id, points), dtype=bool)
-    if keep is not None and not keep.all():
-        dropped = (points[~keep], intensity[~keep], channel[~keep])
-        points, intensity, channel, stamps = points[keep], intensity[keep], channel[keep], stamps[keep]
-    return _PreparedSweep((points, intensity, channel), dropped, np.asarray(seconds(stamps), dtype=np.float64),
-                          compensated, sweep.dropped_nonfinite)
-
-
-@dataclass
 class SweepPoints:
     """A training sweep's points as read, kept for the initialisation (which places them in the world)."""
 
@@ -281,7 +253,7 @@ class CaptureData:
     ``downscale``: train and evaluate on images shrunk by this integer factor (intrinsics
     scaled to match), for quick runs on slow machines. ``workers``: decoding threads (default:
     one per CPU core, at most 32). ``clock``: times the parts (a ``nurec_usd.profiling.StageClock``).
-    ``lidar_keep``: ``(lidar id, points [N, 3] in its frame) -> bool [N]``, the returns to use
+    ``lidar_keep``: ``(lidar id, points [N, 3] in its frame, a tensor) -> bool [N]``, the returns to use
     (``nurec_usd.train.ego``: not the ego vehicle's); the others are dropped, and rays whose
     only return was dropped are marked -1 in the range images (neither a return nor a miss).
 
@@ -294,7 +266,7 @@ class CaptureData:
                  images_on_device: bool | None = None, workers: int | None = None,
                  progress: Callable[[str], None] | None = None, downscale: int = 1,
                  clock: Callable[[str], Any] | None = None,
-                 lidar_keep: Callable[[str, np.ndarray], np.ndarray] | None = None):
+                 lidar_keep: KeepFn | None = None):
         if int(downscale) != downscale or downscale < 1:
             raise ValueError(f"downscale must be a positive integer, got {downscale!r}")
         self.capture = capture
@@ -406,21 +378,20 @@ class CaptureData:
             batch.clear()
             dropped.clear()
 
-        def prepare(si: int) -> _PreparedSweep:  # the host work of a sweep, in a read-ahead thread
-            return _prepare_sweep(lidar, si, self.lidar_keep, self.capture.seconds)
+        def read(si: int):  # in a read-ahead thread: the file onto the device
+            return read_columns(lidar, si, dev)
 
-        for si, sweep in enumerate(prefetched(prepare, range(len(lidar.sweeps)), workers=6, depth=12)):
+        for si, columns in enumerate(prefetched(read, range(len(lidar.sweeps)), workers=6, depth=12)):
+            sweep = checked_sweep(columns, lidar, si, self.lidar_keep, self.capture.start_us)
             self.nonfinite_points += sweep.nonfinite
             self.nonfinite_sweeps += int(sweep.nonfinite > 0)
             compensated[si] = sweep.compensated
-            tensors = _sweep_tensors(*sweep.kept, dev)
-            batch.append(tensors)
-            dropped.append(None if sweep.dropped is None else _sweep_tensors(*sweep.dropped, dev))
+            batch.append((sweep.points, sweep.intensity, sweep.channel))
+            dropped.append(sweep.dropped)
             if sweep.dropped is not None:
                 self.dropped_points += len(sweep.dropped[0])
             if not held_out(si, self.eval_every, len(lidar.sweeps)):  # the initialisation reads them again otherwise
-                self.sweep_points[(lidar.id, si)] = SweepPoints(tensors[0], tensors[1],
-                                                                torch.from_numpy(sweep.times_s).to(dev))
+                self.sweep_points[(lidar.id, si)] = SweepPoints(sweep.points, sweep.intensity, sweep.times_s)
             if len(batch) == RANGE_IMAGE_BATCH:
                 flush()
         if batch:

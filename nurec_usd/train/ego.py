@@ -47,7 +47,7 @@ def _travel(positions: np.ndarray) -> float:
 
 def lidar_filter(capture: Capture, box_option: str, eval_every: int,
                  log: Callable[[str], None] | None = None
-                 ) -> tuple[Callable[[str, np.ndarray], np.ndarray] | None, dict[str, Any]]:
+                 ) -> tuple[Callable[[str, torch.Tensor], torch.Tensor] | None, dict[str, Any]]:
     """The returns to keep (``CaptureData``'s ``lidar_keep``), or None to keep all, and a summary.
 
     ``box_option``: the ``ego_box`` option. The estimate reads a few of each lidar's training
@@ -83,9 +83,11 @@ def lidar_filter(capture: Capture, box_option: str, eval_every: int,
         + (" (estimated; --set ego_box=off keeps them)" if box_option == "auto" else ""))
     mountings = {lid_id: lidar.T_rig_lidar for lid_id, lidar in capture.lidars.items()}
 
-    def keep(lidar_id: str, points: np.ndarray) -> np.ndarray:  # [N, 3] lidar frame -> [N] bool
-        T = mountings[lidar_id]
-        return ~box.contains(points.astype(np.float64) @ T[:3, :3].T + T[:3, 3])
+    def keep(lidar_id: str, points: torch.Tensor) -> torch.Tensor:  # [N, 3] lidar frame -> [N] bool, on its device
+        T = torch.as_tensor(mountings[lidar_id], dtype=torch.float64, device=points.device)
+        rig = points.double() @ T[:3, :3].T + T[:3, 3]  # [N, 3]
+        lo, hi = (torch.tensor(c, dtype=torch.float64, device=points.device) for c in (box.lo, box.hi))
+        return ~((rig >= lo) & (rig <= hi)).all(1)
 
     return keep, summary
 

@@ -90,7 +90,7 @@ def test_a_given_box_drops_what_it_holds(handmade_capture):
     cap = load_any(handmade_capture)
     keep, summary = ego.lidar_filter(cap, "-50,-50,-50,50,50,50", eval_every=8)  # everything
     assert summary["box_source"] == "given"
-    points = np.array([[1.0, 0.0, 0.0], [100.0, 0.0, 0.0]], np.float32)  # lidar frame
+    points = torch.tensor([[1.0, 0.0, 0.0], [100.0, 0.0, 0.0]])  # lidar frame
     assert keep(next(iter(cap.lidars)), points).tolist() == [False, True]
 
 
