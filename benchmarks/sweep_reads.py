@@ -4,12 +4,15 @@
 
 Prints the wall time of: every sweep read onto the device (serially, then in 6 read-ahead
 threads as ``CaptureData`` does), checked and split there, turned into range images in batches,
-and the host's checked reading (``Lidar.load_sweep``) for comparison.
+and the host's checked reading (``Lidar.load_sweep``) for comparison. Then ``CaptureData`` (the
+build's load) three ways: the sweeps alone, the images alone, and both, as a build loads them
+(the images decoding while the sweeps are read).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -20,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nurec_usd.capture import load_capture  # noqa: E402
 from nurec_usd.capture.prefetch import prefetched  # noqa: E402
-from nurec_usd.train.data import RANGE_IMAGE_BATCH, range_images  # noqa: E402
+from nurec_usd.profiling import StageClock  # noqa: E402
+from nurec_usd.train.data import RANGE_IMAGE_BATCH, CaptureData, range_images  # noqa: E402
 from nurec_usd.train.sweep_reads import checked_sweep, read_columns  # noqa: E402
 
 
@@ -55,6 +59,13 @@ def main() -> None:
           lambda: [range_images(batch[i:i + RANGE_IMAGE_BATCH], model, lidar.channels, lidar.columns)
                    for i in range(0, count, RANGE_IMAGE_BATCH)])
     timed(f"host: Lidar.load_sweep, x{count}", lambda: [lidar.load_sweep(i) for i in range(count)])
+    del columns, sweeps, batch
+    for what, part in (("sweeps alone", dataclasses.replace(capture, cameras={})),
+                       ("images alone", dataclasses.replace(capture, lidars={})), ("both", capture)):
+        clock = StageClock()
+        timed(f"CaptureData, {what}", lambda: CaptureData(part, dev, clock=clock))
+        print("    " + ", ".join(f"{name} {clock.seconds(name):.2f} s" for name in ("cameras", "sweeps",
+                                                                                     "images (after the sweeps)")))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,8 @@
 """A capture's lidar sweeps read onto the training device.
 
 An ``.nrl`` sweep travels as its file's bytes (read into a pinned buffer, one copy) and is
-decoded, checked and split (the returns ``keep`` refuses) on the device, where those steps in
-numpy cost the host about 14 ms for each 128 x 2048 sweep, under the interpreter's lock that the
-image decoders running meanwhile want too. Other formats (``.ply``, ``.pcd``) are read and
+decoded, checked and split (the returns ``keep`` refuses) on the device: in numpy those steps
+were most of a sweep's host time, several times that of reading the file. Other formats (``.ply``, ``.pcd``) are read and
 checked on the host. A sweep the device finds wrong is read again on the host, whose checks raise
 the error that names the file and the field."""
 
