@@ -59,7 +59,7 @@ def main() -> None:
           lambda: [range_images(batch[i:i + RANGE_IMAGE_BATCH], model, lidar.channels, lidar.columns)
                    for i in range(0, count, RANGE_IMAGE_BATCH)])
     timed(f"host: Lidar.load_sweep, x{count}", lambda: [lidar.load_sweep(i) for i in range(count)])
-    del columns, sweeps, batch
+    columns = sweeps = batch = None  # free the device memory before the loads below
     for what, part in (("sweeps alone", dataclasses.replace(capture, cameras={})),
                        ("images alone", dataclasses.replace(capture, lidars={})), ("both", capture)):
         clock = StageClock()

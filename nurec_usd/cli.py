@@ -652,7 +652,6 @@ def _build_options(p: argparse.ArgumentParser, batch: bool = False) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m nurec_usd``. Every numeric flag's type checks the
     value against a declared range while parsing (a usage error, exit 2, naming the flag)."""
-    from nurec_usd.scene.init import InitConfig
     from nurec_usd.train.config import BuildConfig, TrainConfig
 
     parser = argparse.ArgumentParser(
