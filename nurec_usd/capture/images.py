@@ -7,7 +7,13 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+try:  # libjpeg-turbo without PIL's Python-side work: decodes into a given buffer, Python's lock released
+    import simplejpeg
+except ImportError:  # pragma: no cover - a dependency; PIL decodes the same pixels, slower in many threads
+    simplejpeg = None
+
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+_JPEG_SUFFIXES = (".jpg", ".jpeg")
 
 
 def image_size(path: Path) -> tuple[int, int]:
@@ -48,6 +54,39 @@ def read_rgb(path: Path, factor: int = 1) -> np.ndarray:
             return np.asarray(im)
     except (UnidentifiedImageError, OSError) as exc:
         raise ValueError(f"{path}: cannot decode image ({exc})") from None
+
+
+def read_rgb_into(path: Path, out: np.ndarray) -> tuple[int, int]:
+    """Decode an image at full size into ``out`` (uint8 ``[H, W, 3]``, C-contiguous, writable)
+    and return its (width, height); when that is not ``out``'s size nothing is written, and the
+    caller says what it expected. Same pixels and errors as ``read_rgb``.
+
+    JPEGs are decoded by libjpeg-turbo straight into ``out`` with Python's lock released for the
+    whole file: a build decodes thousands of them in many threads, and PIL's parsing and its copy
+    to an array hold that lock for a sixth of each decode. PIL uses the same library with the same
+    settings (accurate DCT, smooth chroma upsampling), so the pixels are identical; anything the
+    fast path does not take (PNG, CMYK, a file it finds damaged) goes through PIL, which also gives
+    the error message.
+    """
+    if simplejpeg is not None and path.suffix.lower() in _JPEG_SUFFIXES:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot decode image ({exc})") from None
+        try:
+            height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+            if colorspace in ("CMYK", "YCCK"):
+                raise ValueError(colorspace)
+            if out.shape != (height, width, 3):
+                return width, height
+            simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=False, fastupsample=False, buffer=out)
+            return width, height
+        except ValueError:
+            pass  # PIL decodes it or names the problem
+    img = read_rgb(path)
+    if img.shape == out.shape:
+        out[...] = img
+    return img.shape[1], img.shape[0]
 
 
 def read_mask(path: Path) -> np.ndarray:

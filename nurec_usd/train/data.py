@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from nurec_usd.capture.images import read_rgb, read_rgb_into
 from nurec_usd.capture.model import Capture
 from nurec_usd.capture.prefetch import default_workers, prefetched
 from nurec_usd.render.camera import CameraBatch
@@ -156,13 +157,15 @@ def held_out(index: int, eval_every: int, count: int = 0) -> bool:
 
 def _decode(frame, size: tuple[int, int], factor: int) -> np.ndarray:
     """One frame as uint8 ``[H, W, 3]``, shrunk by ``factor`` (``size``: its (W, H) after that)."""
-    from nurec_usd.capture.images import read_rgb
-
     img = read_rgb(frame.image_path, factor)
-    if img.shape != (size[1], size[0], 3):
-        raise ValueError(f"{frame.image_path}: decoded to {img.shape[1]}x{img.shape[0]} pixels, expected "
-                         f"{size[0]}x{size[1]} (the camera's width x height, divided by the downscale factor)")
+    _check_size(frame, (img.shape[1], img.shape[0]), size)
     return img
+
+
+def _check_size(frame, got: tuple[int, int], size: tuple[int, int]) -> None:
+    if got != size:
+        raise ValueError(f"{frame.image_path}: decoded to {got[0]}x{got[1]} pixels, expected "
+                         f"{size[0]}x{size[1]} (the camera's width x height, divided by the downscale factor)")
 
 
 def _new_image_store(frames: int, size: tuple[int, int], device: torch.device, on_device: bool) -> torch.Tensor:
@@ -178,17 +181,24 @@ def _new_image_store(frames: int, size: tuple[int, int], device: torch.device, o
 _staging = threading.local()  # per decoding thread: a pinned host image on its way to the GPU
 
 
-def _decode_into(store: torch.Tensor, index: int, frame, factor: int) -> None:
-    """Decode one frame straight into its slot of the store (a copy to the GPU blocks this thread only)."""
-    img = _decode(frame, (store.shape[2], store.shape[1]), factor)  # read-only: PIL's buffer
+def _decode_into(store: torch.Tensor,  # [F, H, W, 3] uint8
+                 index: int, frame, factor: int) -> None:
+    """Decode one frame straight into its slot of the store, or into this thread's pinned buffer
+    and from there to the GPU (the copy blocks this thread only)."""
+    size = (store.shape[2], store.shape[1])
     if store.device.type == "cpu":
-        store[index].numpy()[...] = img
-        return
-    buf = getattr(_staging, "image", None)
-    if buf is None or buf.shape != img.shape:
-        buf = _staging.image = torch.empty(img.shape, dtype=torch.uint8, pin_memory=True)
-    buf.numpy()[...] = img
-    store[index].copy_(buf)  # synchronous: the buffer is free again when it returns
+        target = store[index].numpy()
+    else:
+        buf = getattr(_staging, "image", None)
+        if buf is None or buf.shape != store.shape[1:]:
+            buf = _staging.image = torch.empty(store.shape[1:], dtype=torch.uint8, pin_memory=True)
+        target = buf.numpy()
+    if factor == 1:
+        _check_size(frame, read_rgb_into(frame.image_path, target), size)
+    else:
+        target[...] = _decode(frame, size, factor)
+    if store.device.type != "cpu":
+        store[index].copy_(buf)  # synchronous: the buffer is free again when it returns
 
 
 def range_image(points: np.ndarray,  # [N, 3] lidar frame
