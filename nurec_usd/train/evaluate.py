@@ -16,11 +16,14 @@ from nurec_usd.capture.prefetch import default_workers
 from nurec_usd.capture.staging import atomic_file
 from nurec_usd.scene.gaussians import Scene
 from nurec_usd.scene.init import spread_evenly
-from nurec_usd.scene.pictures import range_picture, to_uint8
+from nurec_usd.scene.pictures import encode_jpeg, quantise, range_picture
 from nurec_usd.scene.render import SceneRenderer
 from nurec_usd.train.data import CaptureData
 from nurec_usd.train.fused_ssim import fast_ssim
 from nurec_usd.train.metrics import lidar_error_row, lidar_error_tensor, psnr
+
+
+IN_FLIGHT_GROUPS = 4  # groups of pictures on their way to files at once (their pinned host buffers)
 
 
 def _lpips_status() -> str:
@@ -38,7 +41,7 @@ def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_s
     """Held-out metrics (PSNR, SSIM, a mean-colour baseline; lidar range error and hit accuracy).
 
     Frames render group by group (``CaptureData.eval_groups``: the cameras of one instant in one
-    call). With ``out_dir``: writes ``eval/<camera>_<frame>.png`` (render | ground truth) and a
+    call). With ``out_dir``: writes ``eval/<camera>_<frame>.jpg`` (render | ground truth) and an
     ``eval_sheet.png`` of up to ``max_sheet_rows`` of them, and range images of held-out sweeps.
     ``progress`` is called with the number of views done since its last call; ``clock`` times
     the parts (``nurec_usd.profiling.StageClock``).
@@ -46,22 +49,39 @@ def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_s
     part = clock or (lambda _name: contextlib.nullcontext())
     renderer = SceneRenderer(scene)
     baseline_colours = data.mean_colors()
-    per_frame, rows = [], []
     if out_dir is not None:
         (out_dir / "eval").mkdir(parents=True, exist_ok=True)
-    # PNG encoding (zlib releases the GIL) runs in threads while the next views render
-    writer = ThreadPoolExecutor(max_workers=default_workers())
-    pending = []
+    # Pictures are copied to the host and encoded in threads (the encoders release Python's
+    # lock), one per thread, while the next views render: the loop itself never waits for the GPU.
+    workers = default_workers()
+    writer = ThreadPoolExecutor(max_workers=workers)
+    pending: list = []
 
-    def save(array: np.ndarray, path: Path) -> None:
-        # PNG at compress_level 1 (about twice the bytes of the default, a fraction of its time);
-        # JPEG for the render | image pairs, which a build writes by the hundred
-        options = {"quality": 90} if path.suffix == ".jpg" else {"compress_level": 1}
-        pending.append(writer.submit(lambda: Image.fromarray(array).save(path, **options)))
+    def save(array: np.ndarray, path: Path) -> None:  # PNG at compress_level 1: a fraction of the default's time
+        pending.append(writer.submit(lambda: Image.fromarray(array).save(path, compress_level=1)))
+
+    def save_pair(pairs: torch.Tensor,  # [C, H, 2W, 3] uint8 (render | truth) on the host
+                  ready: torch.cuda.Event | None, c: int, path: Path, index: int) -> dict[int, np.ndarray]:
+        if ready is not None:
+            ready.synchronize()  # the group's copy to the host is done: only this thread waits
+        pair = pairs[c].numpy()
+        path.write_bytes(encode_jpeg(pair))  # JPEG: a build writes them by the hundred
+        return {index: pair.copy()} if index in on_sheet else {}  # a copy: the pinned buffer is reused
+
+    def write_sheet(per_frame: list[dict[str, Any]]) -> None:
+        sheet: dict[int, np.ndarray] = {}
+        for job in (job for group in saved for job in group):
+            sheet.update(job.result())  # re-raises a failed write
+        rows = [(f"{per_frame[i]['camera']} #{per_frame[i]['frame']}  {per_frame[i]['psnr']:.1f} dB", sheet[i])
+                for i in sorted(sheet)]
+        if rows:
+            contact_sheet(rows, out_dir / "eval_sheet.png")
 
     try:
         order = [ref for group in data.eval_groups for ref in group.frames]
         on_sheet = set(spread_evenly(list(range(len(order))), max_sheet_rows))  # keep only those in memory
+        scores = []  # [C, 3] (PSNR, SSIM, baseline PSNR) per group on the device, read back once
+        saved: list[list] = []  # per group, a future per frame: its picture written
         done = 0
         with part("frames"):
             for group in data.eval_groups:
@@ -71,25 +91,36 @@ def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_s
                 if mask is not None:  # masked-out pixels count as perfect, in SSIM as in PSNR
                     image = torch.where(mask[..., None], image, target)
                 baseline = baseline_colours[views.camera_indices][:, None, None, :].expand_as(target)
-                cams = range(len(group.frames))
                 pick = (lambda m, c: None) if mask is None else (lambda m, c: m[c])  # noqa: E731
-                scores = torch.stack([torch.stack((psnr(image[c], target[c], pick(mask, c)), fast_ssim(image[c], target[c]),
-                                                   psnr(baseline[c], target[c], pick(mask, c)))) for c in cams])
-                pairs = to_uint8(torch.cat((image, target), dim=2)) if out_dir is not None else None
-                for c, (ref, (p, ss, bp)) in enumerate(zip(group.frames, scores.tolist())):
-                    cam = data.cameras[ref.camera]
-                    row = {"camera": cam.id, "frame": ref.frame, "time_s": round(ref.time_s, 6),
-                           "psnr": p, "ssim": ss, "baseline_psnr": bp}
-                    per_frame.append(row)
-                    if pairs is not None:
-                        save(pairs[c], out_dir / "eval" / f"{cam.id}_{ref.frame:05d}.jpg")
-                        if done + c in on_sheet:
-                            rows.append((f"{cam.id} #{ref.frame}  {row['psnr']:.1f} dB", pairs[c]))
+                scores.append(torch.stack([torch.stack((psnr(image[c], target[c], pick(mask, c)),
+                                                        fast_ssim(image[c], target[c]),
+                                                        psnr(baseline[c], target[c], pick(mask, c))))
+                                           for c in range(len(group.frames))]))
+                if out_dir is not None:
+                    if len(saved) >= IN_FLIGHT_GROUPS:  # bounds the pinned buffers in use
+                        for job in saved[-IN_FLIGHT_GROUPS]:
+                            job.result()
+                    pairs = quantise(torch.cat((image, target), dim=2))  # [C, H, 2W, 3]
+                    ready = None
+                    if pairs.is_cuda:  # to pinned memory at the copy engine's speed, the loop not waiting
+                        pairs = torch.empty(pairs.shape, dtype=pairs.dtype, pin_memory=True).copy_(pairs,
+                                                                                                   non_blocking=True)
+                        ready = torch.cuda.Event()
+                        ready.record()
+                    paths = [out_dir / "eval" / f"{data.cameras[ref.camera].id}_{ref.frame:05d}.jpg"
+                             for ref in group.frames]
+                    saved.append([writer.submit(save_pair, pairs, ready, c, path, done + c)
+                                  for c, path in enumerate(paths)])
                 done += len(group.frames)
                 if progress:
                     progress(len(group.frames))
-        if out_dir is not None and rows:  # written while the sweeps render
-            pending.append(writer.submit(contact_sheet, rows, out_dir / "eval_sheet.png"))
+            values = torch.cat(scores).tolist() if scores else []
+            per_frame = []
+            for ref, (p, ss, bp) in zip(order, values):
+                per_frame.append({"camera": data.cameras[ref.camera].id, "frame": ref.frame,
+                                  "time_s": round(ref.time_s, 6), "psnr": p, "ssim": ss, "baseline_psnr": bp})
+        if out_dir is not None:  # once the pairs are written, while the sweeps render (queued after them)
+            pending.append(writer.submit(write_sheet, per_frame))
         with part("sweeps"):
             errors = []  # [5] on the device per sweep: read back once, after the last
             for ref in data.eval_sweeps:
@@ -100,8 +131,8 @@ def evaluate(scene: Scene, data: CaptureData, out_dir: Path | None = None, max_s
                 errors.append(lidar_error_tensor(lid.range, lid.hit_prob, true_range))
                 if out_dir is not None:
                     lidar = data.lidars[ref.lidar]
-                    order = torch.argsort(lidar.template.elevation, descending=True)  # highest channel on top
-                    both = torch.cat((pred[order], true_range[order]), 0)
+                    rows = torch.argsort(lidar.template.elevation, descending=True)  # highest channel on top
+                    both = torch.cat((pred[rows], true_range[rows]), 0)
                     save(range_picture(both, lidar.template.max_range),
                          out_dir / "eval" / f"{lidar.id}_{ref.sweep:05d}_range.png")
                 if progress:
@@ -163,17 +194,27 @@ def summarise(per_frame: list[dict[str, Any]], lidar_rows: list[dict[str, Any]])
     return out
 
 
-def contact_sheet(rows: list[tuple[str, np.ndarray]], path: Path) -> None:
-    """Stack ``(label, [H, 2W, 3] render | truth)`` rows into one PNG with a header per row."""
-    width = max(img.shape[1] for _, img in rows)
+def contact_sheet(rows: list[tuple[str, np.ndarray]], path: Path, max_width: int = 1600) -> None:
+    """Stack ``(label, [H, 2W, 3] render | truth)`` rows into one PNG with a header per row.
+
+    Rows wider than ``max_width`` are shrunk by an integer factor (area averaging): the sheet is
+    a preview (the pairs are in full in ``eval/``), and a PNG of full-size rows of a 1280-wide
+    camera takes seconds to encode.
+    """
+    pictures = []
+    for label, img in rows:
+        im = Image.fromarray(img)
+        k = -(-im.width // max_width)
+        pictures.append((label, im.reduce(k) if k > 1 else im))
+    width = max(im.width for _, im in pictures)
     head = 16
-    height = sum(img.shape[0] + head for _, img in rows)
+    height = sum(im.height + head for _, im in pictures)
     sheet = Image.new("RGB", (width, height), (24, 24, 24))
     draw = ImageDraw.Draw(sheet)
     y = 0
-    for label, img in rows:
+    for label, im in pictures:
         draw.text((4, y + 2), f"{label}   (left: render, right: held-out image)", fill=(230, 230, 230))
-        sheet.paste(Image.fromarray(img), (0, y + head))
-        y += img.shape[0] + head
+        sheet.paste(im, (0, y + head))
+        y += im.height + head
     with atomic_file(path, keep_suffix=True) as tmp:  # PIL picks the format by the suffix
         sheet.save(tmp, compress_level=1)

@@ -52,6 +52,29 @@ def test_held_out_quality(tiny_run):
     assert m["lidar_hit_accuracy"] > 0.8
 
 
+def test_held_out_pictures_pair_each_render_with_its_image(tiny_run):
+    import numpy as np
+    from PIL import Image
+
+    from nurec_usd.capture import load_capture
+    from nurec_usd.train.data import CaptureData
+
+    frames = json.loads((tiny_run / "metrics.json").read_text())["frames"]
+    data = CaptureData(load_capture(SAMPLE), "cpu", eval_every=8, downscale=QUICK["downscale"])
+    for row in frames:
+        pair = np.asarray(Image.open(tiny_run / "eval" / f"{row['camera']}_{row['frame']:05d}.jpg"), np.float64)
+        truth = data.image_of(row["camera"], row["frame"]).numpy().astype(np.float64)
+        h, w, _ = truth.shape
+        assert pair.shape == (h, 2 * w, 3)
+        render, image = pair[:, :w] / 255, pair[:, w:] / 255
+        assert np.abs(image * 255 - truth).mean() < 6.0  # the right half: the held-out image (4:2:0 JPEG of 160x90)
+        psnr = -10 * np.log10(((render - truth / 255) ** 2).mean())
+        assert abs(psnr - row["psnr"]) < 1.0, (row, psnr)  # the left half: the render this row scored
+    sheet = Image.open(tiny_run / "eval_sheet.png")
+    h = data.cameras[0].height
+    assert sheet.height == len(frames) * (h + 16)  # 4 held-out frames: all of them on the sheet
+
+
 def _box_pixels(capture, cam_id: str, track, t: float, T_world_camera: torch.Tensor) -> tuple[int, ...] | None:
     """Pixel rectangle (u0, v0, u1, v1) around a track's box at time t, or None when not in view."""
     from nurec_usd.sensors.cameras import camera_model
