@@ -18,11 +18,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from nurec_usd.render.camera import CameraBatch, RenderSettings, render_cameras  # noqa: E402
-from nurec_usd.render.reference import render_cameras_reference  # noqa: E402
-from nurec_usd.render.graphed import GraphedCameraRenderer  # noqa: E402
+from nurec_usd.ops.camera import CameraBatch, RenderSettings, render_cameras  # noqa: E402
+from nurec_usd.ops.reference import render_cameras_reference  # noqa: E402
+from nurec_usd.ops.graphed import GraphedCameraRenderer  # noqa: E402
 from nurec_usd.sensors.se3 import make_transform, quat_to_matrix  # noqa: E402
-from render.test_camera_render import H, MODELS, PARAMS, SHUTTERS, W, make_cameras, make_gaussians  # noqa: E402
+from ops.test_camera_render import H, MODELS, PARAMS, SHUTTERS, W, make_cameras, make_gaussians  # noqa: E402
 
 
 def to(cams: CameraBatch, device) -> CameraBatch:

@@ -18,8 +18,8 @@ def main() -> int:
     import torch
 
     from benchmarks.timing import median_ms
-    from nurec_usd.render.reference import knn_distances_reference
-    from nurec_usd.scene.neighbors import knn_distances
+    from nurec_usd.ops.neighbors import knn_distances
+    from nurec_usd.ops.reference import knn_distances_reference
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda:0")

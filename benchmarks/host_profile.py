@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from benchmarks.timing import host_ms  # noqa: E402
-from nurec_usd.render.camera import CameraBatch, RenderSettings, render_cameras  # noqa: E402
-from nurec_usd.render.lidar import LidarRenderSettings, render_lidar  # noqa: E402
-from render.test_lidar_render import street_lidar, street_scene  # noqa: E402
+from nurec_usd.ops.camera import CameraBatch, RenderSettings, render_cameras  # noqa: E402
+from nurec_usd.ops.lidar import LidarRenderSettings, render_lidar  # noqa: E402
+from ops.test_lidar_render import street_lidar, street_scene  # noqa: E402
 
 
 def camera_calls(device: torch.device):

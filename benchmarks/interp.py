@@ -28,8 +28,8 @@ from typing import Callable
 import torch
 
 from benchmarks.timing import median_ms
-from nurec_usd.render.interpolate import PoseCorrections, TrackKeys, interpolate_gaussians
-from nurec_usd.render.reference import interpolate_gaussians_reference
+from nurec_usd.ops.interpolate import PoseCorrections, TrackKeys, interpolate_gaussians
+from nurec_usd.ops.reference import interpolate_gaussians_reference
 
 TARGET_SPEEDUP = 50.0
 TARGET_US = 100.0

@@ -32,7 +32,7 @@ from typing import Callable
 import torch
 
 from benchmarks.interp import build_scene
-from nurec_usd.render.interpolate import interpolate_gaussians
+from nurec_usd.ops.interpolate import interpolate_gaussians
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("nurec_usd", "warp_kernels")
@@ -96,7 +96,7 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="interp_ab_"))
     export_baseline(args.baseline, folder)
     sys.path.insert(0, str(folder))
-    baseline = importlib.import_module("baseline_nurec_usd.render.interpolate")
+    baseline = importlib.import_module("baseline_nurec_usd.ops.interpolate")
 
     sizes = (20_000, 8, 500, 30) if args.small else (1_000_000, 200, 5_000, 300)
     scene = build_scene(device, *sizes)

@@ -40,7 +40,7 @@ COLUMNS = {"Registers Per Thread": "registers", "Block Size": "block", "Grid Siz
 def camera_call(device: torch.device, data: Path, row: int):
     """A raster_camera.py row and its forward + backward (colour and alpha, as gsplat's RGB mode)."""
     from benchmarks.raster_camera import CONFIGS, build_inputs
-    from nurec_usd.render.camera import CameraBatch, RenderSettings, render_cameras
+    from nurec_usd.ops.camera import CameraBatch, RenderSettings, render_cameras
 
     g, ncam, res = CONFIGS[row]
     params, viewmats, Ks, w, h = build_inputs(data, g, device)

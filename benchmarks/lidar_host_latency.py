@@ -34,7 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import nurec_usd.render.lidar as lidar_render  # noqa: E402
+import nurec_usd.ops.lidar as lidar_render  # noqa: E402
 from benchmarks.raster_lidar import street_call  # noqa: E402
 
 WAYS = ("sync", "poll", "sleep", "busy")

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from benchmarks.raster_lidar import add_street_options  # noqa: E402
-from nurec_usd.render.lidar import LidarBatch, LidarBins, LidarRenderSettings, bin_lidar  # noqa: E402
+from nurec_usd.ops.lidar import LidarBatch, LidarBins, LidarRenderSettings, bin_lidar  # noqa: E402
 
 
 def key_runs(bins: LidarBins, lidar: LidarBatch, range_bits: int) -> dict:
@@ -56,7 +56,7 @@ def key_runs(bins: LidarBins, lidar: LidarBatch, range_bits: int) -> dict:
 
 
 def main() -> None:
-    from render.test_lidar_render import street_lidar, street_scene
+    from ops.test_lidar_render import street_lidar, street_scene
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_street_options(ap)

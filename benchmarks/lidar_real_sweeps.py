@@ -187,7 +187,7 @@ def _moved_origin(capture, dz: float):
 
 def oracle(capture, eval_every: int, variant: str, voxel_m: float = 0.05) -> dict[str, float]:
     """Held-out lidar figures of a scene made of the training sweeps' points (see the module doc)."""
-    from nurec_usd.render.lidar import LidarRenderSettings, render_lidar
+    from nurec_usd.ops.lidar import LidarRenderSettings, render_lidar
     from nurec_usd.scene.init import initial_scales, lidar_world_points, voxel_downsample
     from nurec_usd.train.data import CaptureData
     from nurec_usd.train.metrics import lidar_errors
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-oracle", action="store_true")
     parser.add_argument("--no-projected", action="store_true")
     args = parser.parse_args(argv)
-    from nurec_usd.render.warp_torch import init_warp
+    from nurec_usd.ops.warp_torch import init_warp
 
     init_warp()
     names = [c for c in args.captures.split(",") if c]

@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from benchmarks.raster_lidar import add_street_options  # noqa: E402
-from nurec_usd.render.lidar import LidarBatch, LidarRenderSettings, bin_lidar, lane_rays  # noqa: E402
+from nurec_usd.ops.lidar import LidarBatch, LidarRenderSettings, bin_lidar, lane_rays  # noqa: E402
 from warp_kernels.compositing import ALPHA_MAX, ALPHA_MIN, T_MIN  # noqa: E402
 from warp_kernels.lidar_binning import BATCH, CHUNK_OF_MEAN, TILE_RAYS, WARPS, chunk_length  # noqa: E402
 from warp_kernels.lidar_raster import BLOCK_WARPS  # noqa: E402
@@ -156,7 +156,7 @@ def work_counts(params: list, lidar: LidarBatch, chunk: int | None = None) -> di
 
 
 def main() -> None:
-    from render.test_lidar_render import street_lidar, street_scene
+    from ops.test_lidar_render import street_lidar, street_scene
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_street_options(ap)

@@ -29,8 +29,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.timing import host_ms, median_ms  # noqa: E402
-from nurec_usd.render.camera import CameraBatch, RenderSettings, render_cameras  # noqa: E402
-from nurec_usd.render.graphed import GraphedCameraRenderer  # noqa: E402
+from nurec_usd.ops.camera import CameraBatch, RenderSettings, render_cameras  # noqa: E402
+from nurec_usd.ops.graphed import GraphedCameraRenderer  # noqa: E402
 
 CONFIGS = [  # (grid g, cameras, scale of the 648x420 resolution)
     (1, 3, 1),

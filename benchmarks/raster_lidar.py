@@ -63,9 +63,9 @@ cubin_resources = make_lidar = opaque_shells = street_lidar = street_scene = Non
 def _import_renderer() -> None:
     global LidarRenderSettings, bin_lidar, render_lidar, tile_work, render_lidar_reference
     global cubin_resources, make_lidar, opaque_shells, street_lidar, street_scene
-    from nurec_usd.render.lidar import LidarRenderSettings, bin_lidar, render_lidar, tile_work  # noqa: F811
-    from nurec_usd.render.reference import render_lidar_reference  # noqa: F811
-    from render.test_lidar_render import (cubin_resources, make_lidar, opaque_shells, street_lidar,  # noqa: F811
+    from nurec_usd.ops.lidar import LidarRenderSettings, bin_lidar, render_lidar, tile_work  # noqa: F811
+    from nurec_usd.ops.reference import render_lidar_reference  # noqa: F811
+    from ops.test_lidar_render import (cubin_resources, make_lidar, opaque_shells, street_lidar,  # noqa: F811
                                           street_scene)
 
 
@@ -174,7 +174,7 @@ def print_registers(device: torch.device, folder: Path) -> None:
     """Compile the lidar modules for the device's architecture and print each kernel's resources."""
     import warp as wp
 
-    from nurec_usd.render.warp_torch import init_warp
+    from nurec_usd.ops.warp_torch import init_warp
     from warp_kernels import lidar_binning, lidar_project, lidar_raster
 
     init_warp()

@@ -6,7 +6,7 @@ against gsplat's forward on identical inputs.
     python benchmarks/render_throughput.py --device cpu --preset tiny --steps 4 --build-downscale 4 \\
         --downscale 4 --batches 1,2 --reps 2 --garden-downscale 8 --garden-configs 0      # smoke test
 
-Scene rows: ``nurec_usd.render.Renderer`` opened from the scene's USD renders every camera of the
+Scene rows: ``nurec_usd.replay.Renderer`` opened from the scene's USD renders every camera of the
 rig (drive30: 6 x 1280x720) at B times per call (``--batches``), with the actors placed per
 camera readout (``actor_time="readout"``: drive30's cameras have five readout times, so five
 renders per time) and once per resolution (``"batch"``: one render of all six per time, as the
@@ -109,8 +109,8 @@ def garden_rows(path: Path, device, reps: int, configs: list[int], shrink: int, 
     import torch
 
     from benchmarks.raster_camera import CONFIGS, build_inputs, psnr
-    from nurec_usd.render.camera import CameraBatch, RenderSettings, render_cameras
-    from nurec_usd.render.graphed import GraphedCameraRenderer
+    from nurec_usd.ops.camera import CameraBatch, RenderSettings, render_cameras
+    from nurec_usd.ops.graphed import GraphedCameraRenderer
 
     gsplat = None
     if use_gsplat:
@@ -185,7 +185,7 @@ def main() -> int:
 
     import torch
 
-    from nurec_usd.render.renderer import Renderer
+    from nurec_usd.replay.renderer import Renderer
 
     device = torch.device(args.device)
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -55,9 +55,9 @@ def main() -> int:
 
     from nurec_usd import build
     from nurec_usd.capture.loader import load_capture
-    from nurec_usd.replay import Replay
+    from nurec_usd.render.scene_renderer import SceneRenderer
+    from nurec_usd.replay.stage import Replay
     from nurec_usd.scene.gaussians import Scene
-    from nurec_usd.scene.render import SceneRenderer
     from nurec_usd.synth import generate, get_preset
     from nurec_usd.train.data import CaptureData
     from nurec_usd.train.metrics import psnr

@@ -17,8 +17,8 @@ import math
 import torch
 
 from benchmarks.timing import median_ms
-from nurec_usd.render.reference import sky_colors_reference
-from nurec_usd.render.sky import sky_lookup
+from nurec_usd.ops.reference import sky_colors_reference
+from nurec_usd.ops.sky import sky_lookup
 
 
 def camera_directions(w: int, h: int, device: torch.device) -> torch.Tensor:  # [h, w, 3]

@@ -15,7 +15,7 @@ import argparse
 import torch
 
 from benchmarks.timing import median_ms
-from nurec_usd.train.fused_ssim import fused_ssim
+from nurec_usd.ops.ssim import fused_ssim
 from nurec_usd.train.metrics import ssim
 
 

@@ -75,12 +75,12 @@ def main() -> int:
     import torch
 
     from nurec_usd.capture.importers import load_any
+    from nurec_usd.evaluation import evaluate
+    from nurec_usd.ops.warmup import KernelWarmup
+    from nurec_usd.ops.warp_torch import init_warp
     from nurec_usd.pipeline import initial_scene, resolve_device
-    from nurec_usd.render.warmup import KernelWarmup
-    from nurec_usd.render.warp_torch import init_warp
     from nurec_usd.synth import generate, get_preset
     from nurec_usd.train.data import CaptureData
-    from nurec_usd.train.evaluate import evaluate
     from nurec_usd.train.trainer import Trainer
 
     dev = resolve_device(args.device)

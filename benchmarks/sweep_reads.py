@@ -22,10 +22,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nurec_usd.capture import load_capture  # noqa: E402
-from nurec_usd.capture.prefetch import prefetched  # noqa: E402
-from nurec_usd.profiling import StageClock  # noqa: E402
 from nurec_usd.train.data import RANGE_IMAGE_BATCH, CaptureData, range_images  # noqa: E402
 from nurec_usd.train.sweep_reads import checked_sweep, read_columns  # noqa: E402
+from nurec_usd.util.prefetch import prefetched  # noqa: E402
+from nurec_usd.util.profiling import StageClock  # noqa: E402
 
 
 def main() -> None:

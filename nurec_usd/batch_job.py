@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nurec_usd.pipeline import _json_default, _json_safe, build, hash_inputs
+
 # A finished build with one of these statuses is a success; "diverged" and "interrupted" are not.
 GOOD_BUILD_STATUSES = ("completed", "budget")
 # The figures of metrics.json a batch reports for each run.
@@ -55,8 +57,6 @@ class RunSpec:
 
 def canonical_config(config: dict[str, Any]) -> dict[str, Any]:
     """A configuration as config.json holds it: through the build's own JSON writer and back."""
-    from nurec_usd.pipeline import _json_default, _json_safe
-
     return json.loads(json.dumps(_json_safe(config), default=_json_default))
 
 
@@ -172,7 +172,6 @@ def _error_text(err: BaseException) -> str:
 
 def _run(spec: RunSpec, t0: float) -> dict[str, Any]:
     from nurec_usd.capture.importers import load_any
-    from nurec_usd.pipeline import build, hash_inputs
 
     run_dir = Path(spec.run_dir)
     exists = run_dir.exists()

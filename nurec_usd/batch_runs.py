@@ -16,6 +16,8 @@ Output folder::
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
 import hashlib
 import json
 import os
@@ -29,7 +31,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from nurec_usd.batch_job import RunSpec
-from nurec_usd.capture.staging import atomic_file
+from nurec_usd.batch_local import plan_slots, run_local
+from nurec_usd.batch_ray import INSTALL_HINT, RayMissingError, ray_installed, run_ray
+from nurec_usd.util.staging import atomic_file
 
 LIST_SUFFIXES = (".txt", ".lst", ".list")  # a file of capture paths, one a line
 RESERVED_NAMES = ("logs", "batch.json")
@@ -200,7 +204,6 @@ def _lock(out: Path) -> Iterator[None]:
     except ImportError:  # not POSIX: no lock
         yield
         return
-    import errno
 
     with open(out / ".batch.lock", "a+") as f:
         try:
@@ -223,8 +226,6 @@ def _lock(out: Path) -> Iterator[None]:
 def _remove_leftovers(out: Path, names: list[str]) -> list[Path]:
     """Staging folders of these runs left by a batch that was killed (nothing else writes them while
     the lock is held). Returns what was removed."""
-    import glob
-
     removed = []
     for name in names:
         pattern = str(out / f".{glob.escape(name)}.*.partial*")
@@ -271,7 +272,6 @@ def batch(captures: list[str | Path] | str | Path, out: str | Path, *, workers: 
     """
     from tqdm import tqdm
 
-    from nurec_usd.batch_ray import INSTALL_HINT, RayMissingError, ray_installed
     from nurec_usd.train.config import make_config
 
     say = log or (lambda msg: tqdm.write(msg, file=sys.stderr))
@@ -286,8 +286,6 @@ def batch(captures: list[str | Path] | str | Path, out: str | Path, *, workers: 
         raise BatchError("no captures given")
     slots = None
     if not use_ray:
-        from nurec_usd.batch_local import plan_slots
-
         slots = plan_slots(workers, device)[:len(paths)]  # no idle workers
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -343,13 +341,9 @@ def batch(captures: list[str | Path] | str | Path, out: str | Path, *, workers: 
 
             try:
                 if use_ray:
-                    from nurec_usd.batch_ray import run_ray
-
                     run_ray(specs, on_done, address=ray if isinstance(ray, str) else None, workers=workers,
                             retries=retries, device=device, log=say)
                 else:
-                    from nurec_usd.batch_local import run_local
-
                     run_local(specs, slots, on_done, retries=retries)
             except BaseException:
                 save("interrupted")

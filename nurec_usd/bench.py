@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from nurec_usd.synth import generate, get_preset
+
 __all__ = ["BenchRun", "bench_capture", "run_build", "format_run", "default_cache"]
 
 # steps for a budget-bound build: the budget ends it (the schedule follows the time spent)
@@ -36,8 +38,6 @@ def default_cache() -> Path:
 def bench_capture(preset: str, cache: Path, device: str | None = None,
                   say: Callable[[str], None] = print) -> Path:
     """The ``synth`` capture of ``preset`` (seed 0, no ground truth) in ``cache``, generated when missing."""
-    from nurec_usd.synth import generate, get_preset
-
     out = cache / f"{preset}-seed0"
     if (out / "capture.json").is_file():
         return out

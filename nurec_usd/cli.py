@@ -17,13 +17,36 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import math
 import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable
 
-from nurec_usd import __version__, interrupts
-from nurec_usd.options import OptionError, check_downscale, device_type, field_type, flag_type
+from nurec_usd import __version__
+from nurec_usd.batch_ray import RayMissingError
+from nurec_usd.batch_runs import BatchError, batch
+from nurec_usd.bench import (
+    BUDGET_STEPS,
+    RESULTS_HEADER,
+    bench_capture,
+    default_cache,
+    format_run,
+    results_row,
+    run_build,
+)
+from nurec_usd.export.usd_check import FAILING, StageOpenError, check_stage, is_usd_path
+from nurec_usd.pipeline import BuildError, build, export_run, resolve_device
+from nurec_usd.replay.trajectory import read_trajectory
+from nurec_usd.synth import generate, get_preset
+from nurec_usd.synth.presets import PRESETS
+from nurec_usd.util import interrupts
+from nurec_usd.util.io_errors import describe_os_error
+from nurec_usd.util.options import OptionError, check_downscale, device_type, field_type, flag_type
+from nurec_usd.util.progress import progress_bar
+from nurec_usd.util.staging import OutputExistsError
 
 
 def exists_message(command: str, err: FileExistsError) -> str:
@@ -55,8 +78,6 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate_usd(args: argparse.Namespace) -> int:
-    from nurec_usd.export.usd_check import FAILING, StageOpenError, check_stage
-
     try:
         issues, ran = check_stage(args.capture)
     except StageOpenError as err:
@@ -77,15 +98,12 @@ def _cmd_validate_usd(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from nurec_usd.export.usd_check import is_usd_path
-
     if args.format is None and is_usd_path(args.capture):
         return _cmd_validate_usd(args)
 
     from nurec_usd.capture import CaptureError, validate_capture
     from nurec_usd.capture.importers import detect_format, load_any
     from nurec_usd.capture.loader import deep_check
-    from nurec_usd.progress import progress_bar
 
     def progress(it, total):
         with progress_bar(total, "decoding images and sweeps", "file", enabled=not args.no_progress,
@@ -152,8 +170,6 @@ def _load_arguments(p: argparse.ArgumentParser) -> None:
 
 def _cmd_synth(args: argparse.Namespace) -> int:
     from nurec_usd.capture import CaptureError
-    from nurec_usd.progress import progress_bar
-    from nurec_usd.synth import generate, get_preset
 
     preset = get_preset(args.preset)
     gt = None if args.no_groundtruth else (args.gt_out if args.gt_out is not None else "auto")
@@ -252,7 +268,6 @@ def _build_option_values(args: argparse.Namespace, command: str) -> tuple[dict[s
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from nurec_usd.capture import CaptureError
-    from nurec_usd.pipeline import BuildError, build
 
     checked = _build_option_values(args, "build")
     if checked is None:
@@ -303,10 +318,6 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    import tempfile
-
-    from nurec_usd.bench import (BUDGET_STEPS, RESULTS_HEADER, bench_capture, default_cache, format_run,
-                                 results_row, run_build)
     from nurec_usd.train.config import make_config
 
     try:  # the options are checked here, before a capture is generated
@@ -345,8 +356,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             rows.append(results_row(run, label))
     finally:
         if args.out is None:
-            import shutil
-
             shutil.rmtree(work, ignore_errors=True)
     print("\n" + RESULTS_HEADER + "\n" + "|---" * (RESULTS_HEADER.count("|") - 1) + "|\n" + "\n".join(rows))
     return 1 if failed else 0
@@ -357,9 +366,6 @@ _RAY_ADDRESS = re.compile(r"(auto|local|[A-Za-z][A-Za-z0-9+.-]*://\S+|[\w.-]+:\d
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:
-    from nurec_usd.batch_ray import RayMissingError
-    from nurec_usd.batch_runs import BatchError, batch
-
     captures = list(args.captures)
     ray = args.ray
     if ray and (Path(ray).exists() or not _RAY_ADDRESS.fullmatch(ray)):
@@ -398,8 +404,6 @@ def _cmd_batch(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from nurec_usd.pipeline import BuildError, export_run
-
     try:
         written = export_run(args.run, args.out, ply=args.ply or args.ply_pad_sh, usdz=args.usdz,
                              collision=args.collision, overwrite=args.overwrite, device=args.device,
@@ -416,10 +420,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from nurec_usd.capture.staging import OutputExistsError
-    from nurec_usd.pipeline import resolve_device
-    from nurec_usd.replay import Replay, StageCamera
-    from nurec_usd.replay_files import render_one, render_sequence, sequence_times
+    from nurec_usd.replay.files import render_one, render_sequence, sequence_times
+    from nurec_usd.replay.stage import Replay, StageCamera
 
     sequence = args.start is not None or args.end is not None
     trajectory = args.trajectory is not None
@@ -466,8 +468,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 def _run_render(work: Callable[[], list]) -> int:
     """Run a render command's work: what it wrote, or its error as one line and an exit code."""
-    from nurec_usd.pipeline import BuildError
-    from nurec_usd.replay import ReplayError
+    from nurec_usd.replay.stage import ReplayError
 
     try:
         written = work()
@@ -492,8 +493,6 @@ def _print_written(written: list) -> None:
 
 def _actor_value(flag: str, kind: str):
     """An argparse type for ``ID=X,Y,Z`` (kind "offset": three finite numbers, metres) or ``ID=FILE``."""
-    import math
-
     def parse(text: str):
         actor, sep, value = text.partition("=")
         if not sep or not actor.strip() or not value.strip():
@@ -517,10 +516,8 @@ def _render_novel(args: argparse.Namespace, sensors: list[str], sequence: bool) 
     """``render`` through the Renderer: a novel trajectory, rig offsets, edited actors, several sensors."""
     import numpy as np
 
-    from nurec_usd.pipeline import resolve_device
-    from nurec_usd.render.renderer import Renderer, rig_offset_transform
-    from nurec_usd.replay_files import render_frames, sequence_times
-    from nurec_usd.trajectory_file import read_trajectory
+    from nurec_usd.replay.files import render_frames, sequence_times
+    from nurec_usd.replay.renderer import Renderer, rig_offset_transform
 
     def work() -> list:
         renderer = Renderer(args.scene, device=resolve_device(args.device))
@@ -567,7 +564,7 @@ def _render_novel(args: argparse.Namespace, sensors: list[str], sequence: bool) 
 
 def _recorded_time(replay, sensor, index: int) -> float:
     """Start time of a sensor's index-th recorded frame or sweep."""
-    from nurec_usd.replay import StageCamera
+    from nurec_usd.replay.stage import StageCamera
 
     camera = isinstance(sensor, StageCamera)
     times = sensor.frame_times_s if camera else sensor.sweep_times_s
@@ -578,8 +575,6 @@ def _recorded_time(replay, sensor, index: int) -> float:
 
 
 def _bar(total: int, desc: str, disable: bool):
-    from nurec_usd.progress import progress_bar
-
     return progress_bar(total, desc, "frame", enabled=not disable)
 
 
@@ -695,8 +690,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     _load_arguments(p)
     p.set_defaults(func=_cmd_validate)
-
-    from nurec_usd.synth.presets import PRESETS
 
     presets = "; ".join(f"{name}: {pr.description}" for name, pr in PRESETS.items())
     p = sub.add_parser(
@@ -840,7 +833,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "Times are seconds since the capture start. A sequence (--start/--end/--fps) goes to a folder "
                     "of numbered frames, or to a video when OUT ends in .mp4 or .avi (needs OpenCV). "
                     "With --trajectory, a rig offset, an actor edit or several sensors, the scene is drawn by "
-                    "nurec_usd.render.Renderer, and each camera frame gets a depth PNG beside it "
+                    "nurec_usd.replay.Renderer, and each camera frame gets a depth PNG beside it "
                     "(<frame>_depth.png: 16-bit, millimetres along the camera's z axis, 0 where there is no "
                     "surface or it is beyond 65.535 m). Exit 1 with one line naming the file when SCENE is not a "
                     "USD stage USD can read or not a nurec_usd export, or when a trajectory file has a bad value "
@@ -916,8 +909,6 @@ def main(argv: list[str] | None = None) -> int:
     A file that cannot be written (a full disk, a read-only folder) ends it with one line naming
     the file, exit code 1.
     """
-    from nurec_usd.io_errors import describe_os_error
-
     args = build_parser().parse_args(argv)
     out = getattr(args, "out", None)
     out_before = _identity(out)

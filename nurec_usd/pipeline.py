@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
+import importlib.util
 import json
 import math
 import platform
@@ -35,6 +37,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from nurec_usd import __version__
+from nurec_usd.export.usd_layers import export_usd, register_schema
+from nurec_usd.util import interrupts
+from nurec_usd.util.options import check_device, check_downscale
+from nurec_usd.util.profiling import StageClock, StepProfiler, format_profile
+from nurec_usd.util.progress import progress_bar
+from nurec_usd.util.staging import StagedDirectory
 
 if TYPE_CHECKING:
     from nurec_usd.capture.model import Capture
@@ -133,8 +141,6 @@ def _git_commit() -> dict[str, Any] | None:
 
 
 def _have_usd() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("pxr") is not None
 
 
@@ -158,7 +164,6 @@ def export_run(run: str | Path, out: str | Path, *, ply: bool = False, usdz: boo
     scene = Scene.load(scene_file)
     if "rig" not in scene.metadata:
         raise BuildError(f"{scene_file}: metadata.rig: the scene has no sensor rig (written by an older version?)")
-    from nurec_usd.export.usd_layers import export_usd
 
     with _views_bar(collision and progress) as bar:
         out = export_usd(scene, out, overwrite=overwrite, ply=ply, usdz=usdz, collision=collision,
@@ -179,7 +184,6 @@ def _views_bar(show: bool):
     if not show:
         yield None
         return
-    from nurec_usd.progress import progress_bar
 
     with progress_bar(None, "collision mesh", "view") as bar:
         def update(done: int, total: int) -> None:
@@ -192,8 +196,6 @@ def _views_bar(show: bool):
 
 def resolve_device(device: str) -> "torch.device":  # noqa: F821
     import torch
-
-    from nurec_usd.options import check_device
 
     if check_device(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -243,12 +245,14 @@ def initial_scene(capture: Capture, data: CaptureData, init: InitConfig,
     ``log``: where one-line messages go; ``clock``: times the parts (``StageClock``).
     ValueError from the initialisation passes through.
     """
-    from nurec_usd.scene.init import initialize_scene
+    from nurec_usd.scene.init import full_size_images, initialize_scene
 
     sweeps = [(data.lidars[s.lidar].id, s.sweep) for s in data.train_sweeps]
     frames = [(data.cameras[f.camera].id, f.frame) for f in data.train_frames]
-    # the decoded images serve the colouring only at full size
-    images = data.image_of if data.downscale == 1 else None
+    # the colouring reads full-size frames: shrunk ones are stretched back rather than decoded again
+    images = data.image_of
+    if data.downscale != 1:
+        images = full_size_images(data.image_of, {c.id: (c.height, c.width) for c in capture.cameras.values()})
     return initialize_scene(capture, sweeps, frames, init, data.device, log=log, intensity_scale=data.intensity_scale,
                             images=images, clock=clock, sweep_points=data.sweep_points)
 
@@ -272,7 +276,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         collision: also export a collision mesh of the static scene (``usd/collision.usdc``).
         usdz: also package the USD export as ``usd/scene.usdz``.
         profile: also time the parts of a window of training steps on the host and the GPU and
-            write the stage and step tables to ``profile.txt`` / ``profile.json`` (``nurec_usd.profiling``).
+            write the stage and step tables to ``profile.txt`` / ``profile.json`` (``nurec_usd.util.profiling``).
         profile_start: the first step of the profiled window (default: mid-run, or step 200 of a
             budget-bound run); implies ``profile``.
         load_options: keywords of ``load_any`` (``skip_missing``, ``scene``).
@@ -290,13 +294,8 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
     import torch
     from tqdm import tqdm
 
-    from nurec_usd import interrupts
     from nurec_usd.capture.importers import load_any
-    from nurec_usd.capture.staging import StagedDirectory
-    from nurec_usd.profiling import StageClock, StepProfiler, format_profile
-    from nurec_usd.progress import progress_bar
-    from nurec_usd.options import check_downscale
-    from nurec_usd.render.warp_torch import init_warp
+    from nurec_usd.ops.warp_torch import init_warp
     from nurec_usd.train.config import make_config
 
     started_at = time.time()
@@ -309,7 +308,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         if dev.type == "cuda":
             torch.cuda.init()
         init_warp()
-        from nurec_usd.render.warmup import KernelWarmup
+        from nurec_usd.ops.warmup import KernelWarmup
 
         warmup = KernelWarmup(dev)  # GPU kernels compile while the capture loads (no-op on the CPU)
         torch.manual_seed(config.train.seed)
@@ -410,7 +409,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         # a thread beside the evaluation, except with a collision mesh, whose depth renders would
         # share the GPU and Warp's stream with it.
         with clock("export"):
-            from nurec_usd.train.evaluate import evaluate  # before the export thread: see _UsdExport.start
+            from nurec_usd.evaluation import evaluate  # before the export thread: see _UsdExport.start
 
             export = _UsdExport(scene, staged.path / "usd", usdz=usdz, collision=collision, device=dev,
                                 progress=progress)
@@ -437,7 +436,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
         if export.note:
             say(f"{export.note} (python -m nurec_usd export RUN -o DIR writes them from scene.pt later)")
         if export.note is None:  # the export must replay the scene: checked on a held-out frame and sweep
-            from nurec_usd.train.evaluate import replay_agreement
+            from nurec_usd.evaluation import replay_agreement
 
             with clock("eval"), clock("replay check"):
                 try:
@@ -521,7 +520,6 @@ class _UsdExport:
     def run(self) -> None:
         if not _have_usd():
             return
-        from nurec_usd.export.usd_layers import export_usd
 
         t0 = time.perf_counter()
         try:  # a failed USD export must not throw the trained scene away: scene.pt is written
@@ -542,10 +540,6 @@ class _UsdExport:
         """Run the export in a thread. What it imports is imported here first: two threads that
         import extension modules at once (pxr's, PIL's) can deadlock in the import machinery."""
         if _have_usd():
-            import importlib
-
-            from nurec_usd.export.usd_layers import register_schema
-
             for name in USD_MODULES:
                 importlib.import_module(f"pxr.{name}")
             if self.usdz:

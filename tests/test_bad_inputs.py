@@ -261,18 +261,18 @@ def test_other_commands_refuse_option_values_outside_their_range(handmade_captur
 
 
 def test_every_option_declares_a_range():
-    """A new build option must say which values it takes (``nurec_usd.options.option``): the CLI's
+    """A new build option must say which values it takes (``nurec_usd.util.options.option``): the CLI's
     ``--set`` and ``nurec_usd.build`` refuse values outside it before any work."""
     import dataclasses
 
-    from nurec_usd.options import declared_range
+    from nurec_usd.util.options import declared_range
     from nurec_usd.scene.init import InitConfig
     from nurec_usd.train.config import BuildConfig, TrainConfig
 
     missing = [f"{cls.__name__}.{f.name}" for cls in (TrainConfig, InitConfig)
                for f in dataclasses.fields(cls) if declared_range(cls, f.name) is None]
     missing += [f"BuildConfig.{name}" for name in ("budget_s",) if declared_range(BuildConfig, name) is None]
-    assert not missing, f"options without a declared range (declare one with nurec_usd.options.option): {missing}"
+    assert not missing, f"options without a declared range (declare one with nurec_usd.util.options.option): {missing}"
     for cls in (TrainConfig, InitConfig):  # and each default lies in its own range
         for f in dataclasses.fields(cls):
             declared_range(cls, f.name).check(f.name, f.default)
@@ -290,12 +290,12 @@ def test_every_numeric_flag_declares_a_range():
         for action in sub._actions:  # noqa: SLF001
             if isinstance(action, argparse._StoreAction) and action.type in (int, float) and not action.choices:
                 bare.append(f"{sub.prog} {action.option_strings}")
-    assert not bare, f"numeric flags without a declared range (use nurec_usd.options.flag_type): {bare}"
+    assert not bare, f"numeric flags without a declared range (use nurec_usd.util.options.flag_type): {bare}"
 
 
 def test_the_api_refuses_the_same_values_by_name(handmade_capture, fresh):
     from nurec_usd import build
-    from nurec_usd.options import OptionError
+    from nurec_usd.util.options import OptionError
 
     for kw, words in ((dict(max_gaussians=0), "max_gaussians"), (dict(steps=-5), "steps"),
                       (dict(budget_s=-5.0), "budget_s"), (dict(device="banana"), "device"),
@@ -653,7 +653,7 @@ def test_a_full_disk_during_export_is_one_line_naming_the_file(small_run, fresh,
 def test_display_names_and_messages_of_file_errors():
     import errno
 
-    from nurec_usd.io_errors import describe_os_error, display_path
+    from nurec_usd.util.io_errors import describe_os_error, display_path
 
     assert display_path("/a/.run.123-0123456789ab.partial/usd/root.usda") == "/a/run/usd/root.usda"
     assert display_path("/x/.c.png.tmp") == "/x/c.png" and display_path("/x/.drive.tmp.mp4") == "/x/drive.mp4"
@@ -676,7 +676,7 @@ def _dead_pid() -> int:
 
 
 def test_an_atomic_file_replaces_whole_or_not_at_all(tmp_path):
-    from nurec_usd.capture.staging import atomic_file
+    from nurec_usd.util.staging import atomic_file
 
     path = tmp_path / "metrics.json"
     path.write_text("old")
@@ -694,7 +694,7 @@ def test_an_atomic_file_replaces_whole_or_not_at_all(tmp_path):
 
 
 def test_stale_partials_are_removed_only_when_their_writer_is_gone(tmp_path):
-    from nurec_usd.capture.staging import OWNER_FILE, StagedDirectory
+    from nurec_usd.util.staging import OWNER_FILE, StagedDirectory
 
     out = tmp_path / "run"
     host = socket.gethostname()
@@ -723,7 +723,7 @@ def test_stale_partials_are_removed_only_when_their_writer_is_gone(tmp_path):
 
 def test_a_killed_build_leaves_a_partial_that_the_next_run_removes(handmade_capture, tmp_path):
     """kill -9 during a real build leaves its staging folder; the next run of the same output removes it."""
-    from nurec_usd.capture.staging import StagedDirectory
+    from nurec_usd.util.staging import StagedDirectory
 
     out = tmp_path / "run"
     proc = _start("build", handmade_capture, "-o", out, "--no-progress", "--steps", "500")

@@ -130,7 +130,7 @@ def test_build_on_a_pipe_prints_progress_lines_and_its_sh_degree(handmade_captur
     import os
     import re
 
-    from nurec_usd.render.warp_init import NO_DRIVER_WARNING, cuda_driver_present
+    from nurec_usd.ops.warp_init import NO_DRIVER_WARNING, cuda_driver_present
 
     out = tmp_path / "run"
     r = subprocess.run([sys.executable, "-m", "nurec_usd", "build", str(handmade_capture), "-o", str(out),

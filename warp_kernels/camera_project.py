@@ -541,7 +541,7 @@ def make_pinhole_backward_kernel(float_t):
 
 def make_camera_poses_kernel(float_t):
     """``camera_poses``: the batch's pose quaternions and translations from T_camera_world
-    matrices, one thread per camera, in one launch (``nurec_usd.render.graphed`` runs it
+    matrices, one thread per camera, in one launch (``nurec_usd.ops.graphed`` runs it
     inside a CUDA graph, where the same conversion in torch is some sixty small kernels)."""
     module = variant_module(__name__, float_t, "poses", enable_backward=False)
     vec3 = wp.types.vector(3, float_t)

@@ -22,7 +22,7 @@ Kernels (the forward is two launches):
   * :data:`interpolate_actors`: one thread per actor Gaussian, which reads its actor's pose.
     (Each thread searching its track itself would cost many registers and hundreds of
     instructions per warp: benchmarks/RESULTS.md, interp.)
-  * :data:`actor_poses`: the poses alone (``nurec_usd.render.interpolate.actor_poses``); and with
+  * :data:`actor_poses`: the poses alone (``nurec_usd.ops.interpolate.actor_poses``); and with
     ``adjoint=True`` it carries the actor-pose gradients to the per-key pose corrections (one
     thread per actor owns its keys, so its atomics never contend).
   * :data:`interpolate_backward_actors`: one thread per actor Gaussian, hand-written gradients of
@@ -197,7 +197,7 @@ def pose_translation(pose: Any):
 # 16-byte loads and stores (here and ``warp_kernels.wide_io``). A Warp vec3 or vec4 of float32 is
 # read and written one float at a time; these move 16 bytes per instruction, which shortens the
 # forward's two launches (benchmarks/RESULTS.md, interp). They need 16-byte aligned,
-# contiguous arrays: the caller guarantees it (``nurec_usd.render.interpolate``). float64 runs only
+# contiguous arrays: the caller guarantees it (``nurec_usd.ops.interpolate``). float64 runs only
 # in tests and copies element by element.
 
 _COPY_FLOATS4_F32 = """

@@ -5,7 +5,7 @@ elevation and cut into *bands* of consecutive channels; a band of ``rows`` chann
 cut along the columns into tiles of ``cols = TILE_RAYS / rows`` columns, so every tile
 holds TILE_RAYS rays (one per thread of a rasterizer work item) wherever its band lies: bands follow the
 real, non-uniform channel elevations, and no tile lies where there are no beams. The
-band table (built on the host, see ``nurec_usd.render.lidar``) is, per band,
+band table (built on the host, see ``nurec_usd.ops.lidar``) is, per band,
 ``band_i = (first sorted slot, rows, cols, first tile)`` and
 ``band_f = (lowest elevation, highest elevation, lowest s*offset, highest s*offset)``
 of its channels (s = rotation sign, offsets in radians).
@@ -120,7 +120,7 @@ INV_TWO_PI = 1.0 / TWO_PI
 # Rays of a tile per CUDA warp: the WARPS warps tile it as 2 x WARP_BLOCK_COLS blocks of (rows / 2)
 # channels x (cols / WARP_BLOCK_COLS) columns (2 x 1 for 64 rays, 2 x 2 for 128, 2 x 4 for 256),
 # the tile's own shape scaled down. Tiles are about as tall as they are wide in angle (see
-# nurec_usd.render.lidar.plan_bands), so a warp's rays are nearly so too (1:1 with 128 rays, 2:1
+# nurec_usd.ops.lidar.plan_bands), so a warp's rays are nearly so too (1:1 with 128 rays, 2:1
 # with 256; 32 consecutive rays of a row would make 8:1 strips). A small splat then reaches fewer
 # warps, and each warp that it reaches does work for it (benchmarks/RESULTS.md, raster-lidar).
 WARP_BLOCK_COLS = WARPS // 2  # warp blocks across a tile (and 2 down)

@@ -26,7 +26,7 @@ Each Gaussian is projected with the pose at its own firing time, found by one
 fixed-point step: project with the mid-sweep pose, read the azimuth, hence the column
 fraction a, then project again with the pose at a. Moving actors' Gaussians are placed at
 their own firing time too: the caller places every Gaussian for the sweep's middle
-(``nurec_usd.render.interpolate``) and may pass its ``motion`` over the sweep (its position at
+(``nurec_usd.ops.interpolate``) and may pass its ``motion`` over the sweep (its position at
 the sweep's end minus at its start; an empty array: none moves). The Gaussian is then at
 ``mean + (a - 1/2) motion`` when its column fires: a straight line through the sweep, which
 follows an actor that turns within the sweep (a tenth of a second) to first order and keeps its

@@ -1,7 +1,7 @@
 """The k nearest other points of every point within a search radius, over a ``wp.HashGrid``.
 
 Used to initialise Gaussians (scale from the mean distance to the nearest neighbours) and to
-find statistical outliers; ``nurec_usd.scene.neighbors`` drives it (radius choice, rounds of
+find statistical outliers; ``nurec_usd.ops.neighbors`` drives it (radius choice, rounds of
 growing radius, brute-force fallback).
 
 One launch visits the points in the grid's cell order (``hash_grid_point_id``: neighbouring

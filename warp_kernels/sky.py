@@ -1,6 +1,6 @@
 """The sky's bilinear lookup in its equirectangular map, forward and backward, as Warp kernels.
 
-The torch twin (``nurec_usd.render.reference.sky_colors_reference``) samples the map with
+The torch twin (``nurec_usd.ops.reference.sky_colors_reference``) samples the map with
 ``grid_sample``; its backward adds every pixel's four corner weights into the map atomically.
 The map is tiny (3 x 16 x 64 texels by default) and a camera image has ~1M pixels, so ~900
 pixels land on each texel, and those atomics serialise (benchmarks/RESULTS.md, sky). Here the

@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image
 
 # Static masks
 MASK_WORK_SIDE = 320  # the estimation runs on images shrunk to about this longer side
@@ -243,8 +244,6 @@ def read_mask_folder(folder: str | Path, cameras: dict[str, tuple[int, int]]) ->
     Raises ValueError naming the file: not an image, or the wrong size; and naming the folder
     when it does not exist or holds no file for any camera.
     """
-    from PIL import Image
-
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"{folder}: ego mask folder does not exist")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -48,3 +49,14 @@ class CaptureError(Exception):
         if self.hint:
             lines.append(self.hint)
         return "\n".join(lines)
+
+
+class SweepFormatError(ValueError):
+    """A sweep file that cannot be read: ``path``, the ``field`` that is wrong, and ``message``."""
+
+    def __init__(self, path: Path, field: str, message: str):
+        where = f"{path}: {field}" if field else str(path)
+        super().__init__(f"{where}: {message}")
+        self.path = path
+        self.field = field
+        self.message = message

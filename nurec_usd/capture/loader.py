@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from nurec_usd.capture.cloud_files import check_cloud_file
 from nurec_usd.capture.errors import CaptureError, Problem
 from nurec_usd.capture.images import IMAGE_SUFFIXES, image_size, read_mask, read_rgb
 from nurec_usd.capture.manifest import MANIFEST_NAME, find_manifest, read_manifest, schema_problems
@@ -31,8 +32,8 @@ from nurec_usd.capture.model import (
     Track,
 )
 from nurec_usd.capture.paths import resolve_inside
-from nurec_usd.capture.prefetch import default_workers
 from nurec_usd.capture.sweep_io import SWEEP_SUFFIXES, SweepFormatError, read_nrl_header, read_sweep, sweep_problems
+from nurec_usd.util.prefetch import default_workers
 
 # A spinning lidar's rays per sweep at most (channels x columns): 128 x 2048 is a large lidar
 # today; a table past this is a mistake, and its range images would not fit in memory.
@@ -424,8 +425,6 @@ def _check_image_size(path: Path, rel: str, field: str, width: int, height: int,
 
 
 def _check_cloud_header(path: Path, rel: str, found: _Problems) -> None:
-    from nurec_usd.capture.cloud_files import check_cloud_file
-
     try:
         check_cloud_file(path)
     except SweepFormatError as exc:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nurec_usd.capture.errors import CaptureError, Problem
+from nurec_usd.util.resources import schemas_dir
 
 MANIFEST_NAME = "capture.json"
 
@@ -16,8 +17,6 @@ MANIFEST_NAME = "capture.json"
 @lru_cache(maxsize=1)
 def capture_schema() -> dict[str, Any]:
     """The JSON Schema of the manifest (shipped in the package as ``nurec_usd.schemas``)."""
-    from nurec_usd.resources import schemas_dir
-
     text = schemas_dir().joinpath("capture.schema.json").read_text(encoding="utf-8")
     return json.loads(text)
 

@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nurec_usd.capture.images import read_mask, read_rgb
+from nurec_usd.capture.sweep_io import LidarSweep, checked_sweep, read_sweep
+
 if TYPE_CHECKING:  # torch is only needed to build sensor models
     import torch
 
@@ -58,15 +61,12 @@ class CameraFrame:
 
     def load_image(self) -> np.ndarray:
         """Decode the image as RGB. Returns uint8 ``[H, W, 3]``."""
-        from nurec_usd.capture.images import read_rgb
-
         return read_rgb(self.image_path)
 
     def load_mask(self) -> np.ndarray | None:
         """Decode the mask, ``True`` where the pixel is to be used. Returns bool ``[H, W]`` or None."""
         if self.mask_path is None:
             return None
-        from nurec_usd.capture.images import read_mask
 
         return read_mask(self.mask_path)
 
@@ -103,20 +103,6 @@ class Camera:
 
         return camera_model(self.model, self.width, self.height, self.intrinsics,
                             dtype=dtype or torch.float32, device=device)
-
-
-@dataclass(frozen=True)
-class LidarSweep:
-    """The points of one sweep, in the lidar's own frame (x forward, y left, z up)."""
-
-    points: np.ndarray  # [N, 3] float32, metres, sensor frame
-    intensity: np.ndarray  # [N] float32
-    timestamps_us: np.ndarray  # [N] int64, each point's own firing time
-    channel: np.ndarray  # [N] int32, index into the lidar's channels
-    dropped_nonfinite: int = 0  # points with NaN / infinite coordinates left out when it was read
-
-    def __len__(self) -> int:
-        return int(self.points.shape[0])
 
 
 @dataclass(frozen=True)
@@ -173,8 +159,6 @@ class Lidar:
         channels outside the table, non-finite intensities and point times outside
         ``time_range_us`` raise ``SweepFormatError`` naming the file and field, as ``validate`` reports them.
         """
-        from nurec_usd.capture.sweep_io import checked_sweep, read_sweep
-
         sweep = self.sweeps[index]
         return checked_sweep(sweep.path, read_sweep(sweep.path, sweep.timestamp_us, self), self.channels,
                              self.time_range_us)

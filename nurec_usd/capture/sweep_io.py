@@ -20,12 +20,14 @@ Columns are stored one after the other (not interleaved) so each loads as one ar
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nurec_usd.capture.model import LidarSweep
+from nurec_usd.capture.cloud_files import check_ascii_rows, check_cloud_file
+from nurec_usd.capture.errors import SweepFormatError
 
 if TYPE_CHECKING:
     from nurec_usd.capture.model import Lidar
@@ -38,15 +40,18 @@ NRL_BYTES_PER_POINT = 12 + 4 + 4 + 2
 SWEEP_SUFFIXES = (".nrl", ".ply", ".pcd")
 
 
-class SweepFormatError(ValueError):
-    """A sweep file that cannot be read: ``path``, the ``field`` that is wrong, and ``message``."""
+@dataclass(frozen=True)
+class LidarSweep:
+    """The points of one sweep, in the lidar's own frame (x forward, y left, z up)."""
 
-    def __init__(self, path: Path, field: str, message: str):
-        where = f"{path}: {field}" if field else str(path)
-        super().__init__(f"{where}: {message}")
-        self.path = path
-        self.field = field
-        self.message = message
+    points: np.ndarray  # [N, 3] float32, metres, sensor frame
+    intensity: np.ndarray  # [N] float32
+    timestamps_us: np.ndarray  # [N] int64, each point's own firing time
+    channel: np.ndarray  # [N] int32, index into the lidar's channels
+    dropped_nonfinite: int = 0  # points with NaN / infinite coordinates left out when it was read
+
+    def __len__(self) -> int:
+        return int(self.points.shape[0])
 
 
 def write_nrl(path: Path, timestamp_us: int,
@@ -121,8 +126,6 @@ def read_point_cloud_sweep(path: Path, timestamp_us: int, lidar: "Lidar | None")
     point falls in and the channel of the nearest elevation. Missing intensity is 0.
     """
     import open3d as o3d  # CPU-side point-cloud I/O only; imported where needed
-
-    from nurec_usd.capture.cloud_files import check_ascii_rows, check_cloud_file
 
     header = check_cloud_file(path)  # open3d fills a truncated binary body with zeros
     check_ascii_rows(path, header)

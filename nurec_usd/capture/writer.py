@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from nurec_usd.capture.images import write_image
+from nurec_usd.capture.loader import load_capture
 from nurec_usd.capture.manifest import MANIFEST_NAME
-from nurec_usd.capture.staging import StagedDirectory
 from nurec_usd.capture.sweep_io import write_nrl
+from nurec_usd.util.staging import StagedDirectory
 
 
 def _matrix(T: np.ndarray) -> list[list[float]]:
@@ -159,8 +160,6 @@ class CaptureWriter:
             manifest = {k: v for k, v in self._manifest.items() if not (k == "metadata" and not v)}
             (self._tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
             if validate:
-                from nurec_usd.capture.loader import load_capture
-
                 load_capture(self._tmp)  # raises CaptureError
             self._stage.commit()
         except BaseException:

@@ -27,8 +27,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from nurec_usd.render.camera import CameraBatch, RenderSettings, render_cameras
-from nurec_usd.scene.gaussians import Scene
+from nurec_usd.export.usd_schema import register_schema
+from nurec_usd.ops.camera import CameraBatch, RenderSettings, render_cameras
+from nurec_usd.scene.gaussians import Scene, opacities_of, scales_of
+from nurec_usd.sensors.cameras import camera_model
 from nurec_usd.sensors.se3 import PoseTrajectory, invert_transform
 
 __all__ = ["collision_mesh", "write_collision", "vertex_normals"]
@@ -84,8 +86,6 @@ def horizontal_half_fov(cam: dict[str, Any]) -> float:
     """Half the horizontal field of view of a capture camera (rad): the larger angle from the
     optical axis of the two ends of the image row through the principal point, within the lens's
     valid angles."""
-    from nurec_usd.sensors.cameras import camera_model
-
     model = camera_model(cam["model"], cam["width"], cam["height"], cam["intrinsics"], dtype=torch.float64)
     cy = float(cam["intrinsics"]["cy"])
     rays = model.unproject(torch.tensor([[0.0, cy], [cam["width"] - 1.0, cy]], dtype=torch.float64))  # [2, 3]
@@ -156,7 +156,7 @@ def collision_mesh(scene: Scene, device: str | torch.device = "cpu", voxel_m: fl
     with torch.no_grad():
         f32 = lambda t: t.detach().to(device=device, dtype=torch.float32).contiguous()  # noqa: E731
         means, quats = f32(g.means), f32(g.quats)  # [N, 3], [N, 4]
-        scales, opacities = f32(g.log_scales).exp(), torch.sigmoid(f32(g.opacity_logits))  # [N, 3], [N]
+        scales, opacities = scales_of(f32(g.log_scales)), opacities_of(f32(g.opacity_logits))  # [N, 3], [N]
         colors = torch.zeros_like(means)  # [N, 3]: only depth and alpha are used
     if voxel_m is None:
         voxel_m = _default_voxel(means.cpu().numpy())
@@ -251,8 +251,6 @@ def write_collision(stage, path: str, vertices: np.ndarray, faces: np.ndarray) -
         vertices: ``[V, 3]`` points in the stage's world frame.
         faces: ``[F, 3]`` vertex indices of triangles.
     """
-    from nurec_usd.export.usd_schema import register_schema
-
     register_schema()
     from pxr import Sdf, UsdGeom, UsdPhysics, Vt
 

@@ -46,8 +46,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nurec_usd.capture.staging import atomic_file
 from nurec_usd.scene.gaussians import SH_COEFFS, GaussianParams
+from nurec_usd.util.staging import atomic_file
 
 MAX_SH_DEGREE = 3
 _MAX_HEADER_BYTES = 1 << 20

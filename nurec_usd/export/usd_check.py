@@ -9,6 +9,7 @@ the Gaussians are checked too.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,8 +139,6 @@ def _nvidia_issues(stage) -> list[UsdIssue]:
 
 def nvidia_available() -> bool:
     """Whether NVIDIA's asset validator (``usd-validation-nvidia``) is installed."""
-    import importlib.util
-
     return importlib.util.find_spec("usd_validation_nvidia") is not None
 
 

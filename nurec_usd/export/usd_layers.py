@@ -23,17 +23,17 @@ Gaussians are written post-activation (exp scales, sigmoid opacities, unit quate
 ``UsdVol.ParticleField3DGaussianSplat`` prims, each with a ``UsdGeom.Points`` proxy for plain
 viewers, and a ``primvars:nurec:lidarIntensity`` (modelled lidar return intensity). Cameras
 carry the per-camera exposure the reconstruction learned, lidars the intensity scale: with
-the sky, everything ``nurec_usd.replay`` needs to render the sensors from the USD alone.
+the sky, everything ``nurec_usd.replay.stage`` needs to render the sensors from the USD alone.
 Actors and the background carry ``UsdSemantics.LabelsAPI:class`` labels; the splats a
 ``projectionModeHint``. docs/usd-for-simulators.md lists what simulators read.
 Actor poses apply the scene's per-key pose corrections when present, as
-``nurec_usd.render.interpolate`` does: corrected key = (exp(w) * q_k, p_k + dt).
+``nurec_usd.ops.interpolate`` does: corrected key = (exp(w) * q_k, p_k + dt).
 
 Time: ``timeCodesPerSecond`` is the rig's keyframe rate; the time code of an absolute
 timestamp is ``(t_us - start_us) * 1e-6 * timeCodesPerSecond`` with ``start_us`` (the
 capture's time zero) in ``customLayerData.absoluteTimeOffsetMicroSec``.
 
-The folder is written all or nothing (:class:`~nurec_usd.capture.staging.StagedDirectory`).
+The folder is written all or nothing (:class:`~nurec_usd.util.staging.StagedDirectory`).
 """
 
 from __future__ import annotations
@@ -46,8 +46,18 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from nurec_usd.capture.staging import StagedDirectory
-from nurec_usd.export.usd_schema import CAMERA_API, LIDAR_API, register_schema
+from nurec_usd.export.usd_schema import (
+    CAMERA_API,
+    CV_TO_USD,
+    INTENSITY_PRIMVAR,
+    LIDAR_API,
+    intrinsic_items,
+    intrinsics_from_items,
+    register_schema,
+)
+from nurec_usd.export.usdz import package_usdz
+from nurec_usd.util.io_errors import naming, usd_write_error
+from nurec_usd.util.staging import StagedDirectory
 
 __all__ = ["export_usd", "Timing", "COLOR_SPACE", "LENS_APIS", "INTENSITY_PRIMVAR", "SKY_TEXTURE", "DOME_ORIENT",
            "CV_TO_USD", "intrinsic_items", "intrinsics_from_items"]
@@ -64,8 +74,6 @@ HORIZONTAL_APERTURE = 20.955
 # through an angle of 2 acos(w): in float, w of a rotation below ~5e-4 rad rounds to 1 and the
 # rotation is lost (measured: a 4.8e-4 rad rig yaw read back as 0). Double keeps it.
 ORIENT_PRECISION = "double"
-# Primvar of the splat prims holding each Gaussian's modelled lidar return intensity.
-INTENSITY_PRIMVAR = "nurec:lidarIntensity"
 # The sky: a DomeLight with this latlong texture next to the layers (for viewers), and the exact
 # learned map as attributes of the light (for replay).
 SKY_TEXTURE = "sky.png"
@@ -99,9 +107,6 @@ RTX_LIDAR_API = "OmniSensorGenericLidarCoreAPI"
 RTX_PREFIX = "omni:sensor:Core:"
 # Offset after a track's last key from which its actor is invisible: 1 microsecond.
 _END_EPS_S = 1e-6
-# OpenCV camera axes (x right, y down, z forward) -> USD camera axes (x right, y up, -z forward);
-# its own inverse.
-CV_TO_USD = np.diag([1.0, -1.0, -1.0, 1.0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,19 +270,21 @@ class _Splats:
 
 
 def activated(params, degree: int, rows=None) -> _Splats:
-    """Post-activation values of (a subset ``rows`` of) a GaussianParams."""
-    pick = (lambda a: a) if rows is None else (lambda a: a[rows])  # noqa: E731
-    means = pick(_np(params.means))
-    quats = pick(_np(params.quats))
-    norm = np.linalg.norm(quats, axis=-1, keepdims=True)
-    quats = np.where(norm > 0, quats / np.where(norm > 0, norm, 1.0), np.array([1.0, 0, 0, 0]))
-    scales = np.exp(pick(_np(params.log_scales)))
-    opac = _sigmoid(pick(_np(params.opacity_logits)))
+    """Post-activation values of (a subset ``rows`` of) a GaussianParams, computed in float64 and
+    stored as float32 (the activations of ``nurec_usd.scene.gaussians``)."""
+    import torch
+
+    from nurec_usd.scene.gaussians import intensities_of, opacities_of, scales_of, unit_quats
+
+    g = params.map(lambda t: t.detach().cpu().double())
+    if rows is not None:
+        index = torch.as_tensor(np.asarray(rows))
+        g = g.map(lambda t: t[index])
     k = (degree + 1) ** 2
-    sh = np.concatenate([pick(_np(params.sh0)), pick(_np(params.shN[:, : k - 1]))], axis=1)  # the degree's only
-    inten = _sigmoid(pick(_np(params.intensity_logits)))
-    f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)  # noqa: E731
-    return _Splats(f32(means), f32(quats), f32(scales), f32(opac), f32(sh), int(degree), f32(inten))
+    sh = torch.cat((g.sh0, g.shN[:, : k - 1]), dim=1)  # the degree's only
+    f32 = lambda t: np.ascontiguousarray(t.numpy(), dtype=np.float32)  # noqa: E731
+    return _Splats(f32(g.means), f32(unit_quats(g.quats)), f32(scales_of(g.log_scales)),
+                   f32(opacities_of(g.opacity_logits)), f32(sh), int(degree), f32(intensities_of(g.intensity_logits)))
 
 
 def unique_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -503,37 +510,6 @@ def _ftheta_backward(coeffs: list[float], max_fov_deg: float, width: int, height
     A = np.stack([r ** i for i in range(1, 5)], axis=1)
     k, *_ = np.linalg.lstsq(A, theta, rcond=None)
     return [0.0, *map(float, k)]
-
-
-def intrinsic_items(intr: dict) -> tuple[list[str], list[float]]:
-    """A camera's intrinsics as ``nurec:camera:intrinsicNames/Values``: list entries (f-theta
-    polynomials) become ``name_0``, ``name_1``, ...; :func:`intrinsics_from_items` reverses it."""
-    names, values = [], []
-    for key in sorted(intr):
-        v = intr[key]
-        if isinstance(v, (list, tuple)):
-            for i, x in enumerate(v):
-                names.append(f"{key}_{i}")
-                values.append(float(x))
-        else:
-            names.append(key)
-            values.append(float(v))
-    return names, values
-
-
-def intrinsics_from_items(names: list[str], values: list[float]) -> dict:
-    """Back from :func:`intrinsic_items`: ``name_i`` entries become lists again."""
-    out: dict = {}
-    lists: dict[str, dict[int, float]] = {}
-    for name, value in zip(names, values):
-        base, _, index = name.rpartition("_")
-        if base and index.isdigit():
-            lists.setdefault(base, {})[int(index)] = float(value)
-        else:
-            out[name] = float(value)
-    for base, items in lists.items():
-        out[base] = [items[i] for i in sorted(items)]
-    return out
 
 
 def _write_camera(stage, path: str, cam: dict, exposure: list[float] | None) -> None:
@@ -801,8 +777,6 @@ def _writing(path: Path) -> Iterator[None]:
     ``Tf.ErrorException``; a file object's write error carries no file name)."""
     from pxr import Tf
 
-    from nurec_usd.io_errors import naming, usd_write_error
-
     try:
         with naming(path):
             yield
@@ -870,8 +844,6 @@ def export_usd(scene, out_dir: str | Path, overwrite: bool = False, *, ply: bool
             with _writing(root / "actors"):
                 write_actor_plys(scene, root / "actors", names, pad_to_degree=pad)
         if usdz:
-            from nurec_usd.export.usdz import package_usdz
-
             with _writing(root / "scene.usdz"):
                 package_usdz(root / "root.usda", root / "scene.usdz")
     except BaseException:

@@ -22,7 +22,12 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["LIDAR_API", "CAMERA_API", "schema_dir", "register_schema", "schemas_known"]
+import numpy as np
+
+from nurec_usd.util.resources import schemas_dir
+
+__all__ = ["LIDAR_API", "CAMERA_API", "INTENSITY_PRIMVAR", "CV_TO_USD", "schema_dir", "register_schema", "schemas_known",
+           "intrinsic_items", "intrinsics_from_items"]
 
 LIDAR_API = "NurecSpinningLidarAPI"
 CAMERA_API = "NurecCameraSensorAPI"
@@ -36,8 +41,6 @@ def schema_dir() -> Path:
     ``schemas/`` folder, mapped into the package when installed); from a source tree the
     repository's ``schemas/`` folder.
     """
-    from nurec_usd.resources import schemas_dir
-
     path = Path(str(schemas_dir() / "usd"))
     if not (path / "plugInfo.json").is_file():
         raise FileNotFoundError(f"{path}: plugInfo.json of the nurec_usd USD schemas is missing")
@@ -71,3 +74,43 @@ def register_schema() -> Path:
                 f"pxr was imported and used before nurec_usd registered its USD schemas; set "
                 f"{ENV}={path} (or import nurec_usd.export first) so that the schemas load")
     return path
+
+
+# Names and conventions the writer and the readers of the USD share.
+
+# Primvar of the splat prims holding each Gaussian's modelled lidar return intensity.
+INTENSITY_PRIMVAR = "nurec:lidarIntensity"
+# OpenCV camera axes (x right, y down, z forward) -> USD camera axes (x right, y up, -z forward);
+# its own inverse.
+CV_TO_USD = np.diag([1.0, -1.0, -1.0, 1.0])
+
+
+def intrinsic_items(intr: dict) -> tuple[list[str], list[float]]:
+    """A camera's intrinsics as ``nurec:camera:intrinsicNames/Values``: list entries (f-theta
+    polynomials) become ``name_0``, ``name_1``, ...; :func:`intrinsics_from_items` reverses it."""
+    names, values = [], []
+    for key in sorted(intr):
+        v = intr[key]
+        if isinstance(v, (list, tuple)):
+            for i, x in enumerate(v):
+                names.append(f"{key}_{i}")
+                values.append(float(x))
+        else:
+            names.append(key)
+            values.append(float(v))
+    return names, values
+
+
+def intrinsics_from_items(names: list[str], values: list[float]) -> dict:
+    """Back from :func:`intrinsic_items`: ``name_i`` entries become lists again."""
+    out: dict = {}
+    lists: dict[str, dict[int, float]] = {}
+    for name, value in zip(names, values):
+        base, _, index = name.rpartition("_")
+        if base and index.isdigit():
+            lists.setdefault(base, {})[int(index)] = float(value)
+        else:
+            out[name] = float(value)
+    for base, items in lists.items():
+        out[base] = [items[i] for i in sorted(items)]
+    return out

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nurec_usd.capture.staging import atomic_file
 from nurec_usd.export.usd_schema import register_schema
+from nurec_usd.util.staging import atomic_file
 
 __all__ = ["ZIP_LIMIT_BYTES", "UsdzTooLarge", "package_usdz"]
 

@@ -1,27 +1,9 @@
-"""Differentiable rendering: torch autograd Functions over the Warp kernels in ``warp_kernels``.
+"""A scene's sensors rendered: the model (``nurec_usd.scene``) composed with the ops (``nurec_usd.ops``).
 
-- ``interpolate``: the fused time interpolation (actor poses at t, actor Gaussians into the world).
-- ``camera``: camera rendering (projection for every camera model with rolling shutter,
-  tile binning and sorting, compositing), forward and hand-written backward.
-- ``lidar``: lidar rendering (spherical projection, tiles in azimuth and elevation, compositing
-  along each ray), forward and hand-written backward.
-- ``graphed``: one set of Gaussians rendered from many camera poses by replaying a captured
-  CUDA graph (simulators, RL rollouts, synthetic data).
-- ``reference``: a slow pure-torch twin of every kernel, for tests.
-- ``renderer``: :class:`Renderer`, a scene's cameras and lidars at any rig pose and time, batched,
-  with actors removed, moved or duplicated (rendering-only workflows: simulation, RL, synthetic data).
+- ``scene_renderer``: :class:`SceneRenderer`, every Gaussian placed at a time and activated, then a
+  camera frame (over the sky, with the camera's exposure) or a lidar sweep rendered.
+- ``views``: a capture's cameras and lidars as the ops' batches (geometry, poses at a time).
 
-Import the sub-modules directly (``from nurec_usd.render.camera import render_cameras``):
-each imports torch and Warp, which this package's ``__init__`` does not. ``Renderer`` is also
-``nurec_usd.render.Renderer``, imported on first use.
+Import the sub-modules directly: they import torch and Warp, which this package's ``__init__``
+does not.
 """
-
-__all__ = ["Renderer"]
-
-
-def __getattr__(name: str):
-    if name == "Renderer":  # imported on first use: torch, Warp and USD stay out of ``import nurec_usd.render``
-        from nurec_usd.render.renderer import Renderer
-
-        return Renderer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,12 +20,34 @@ from typing import Any
 
 import torch
 
-from nurec_usd.capture.staging import atomic_file
-from nurec_usd.io_errors import naming
+from nurec_usd.util.io_errors import naming
+from nurec_usd.util.staging import atomic_file
 
 SH_COEFFS = 16  # degree 3
 SH_C0 = 0.28209479177387814  # colour = 0.5 + SH_C0 * DC
 FORMAT_VERSION = 1
+
+
+# The activations: the one place that says how pre-activation parameters become the values the
+# renderers, the export and the collision mesh use.
+
+def scales_of(log_scales: torch.Tensor) -> torch.Tensor:  # [..., 3] -> [..., 3] linear standard deviations
+    return log_scales.exp()
+
+
+def opacities_of(opacity_logits: torch.Tensor) -> torch.Tensor:  # [...] -> [...] in (0, 1)
+    return torch.sigmoid(opacity_logits)
+
+
+def intensities_of(intensity_logits: torch.Tensor) -> torch.Tensor:  # [...] -> [...] lidar return intensity in (0, 1)
+    return torch.sigmoid(intensity_logits)
+
+
+def unit_quats(quats: torch.Tensor) -> torch.Tensor:  # [..., 4] (w, x, y, z) -> unit; a zero quaternion -> identity
+    norm = quats.norm(dim=-1, keepdim=True)
+    identity = torch.zeros_like(quats)
+    identity[..., 0] = 1.0
+    return torch.where(norm > 0, quats / torch.where(norm > 0, norm, torch.ones_like(norm)), identity)
 
 
 def rgb_to_sh_dc(rgb: torch.Tensor) -> torch.Tensor:

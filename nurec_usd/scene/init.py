@@ -22,15 +22,17 @@ import numpy as np
 import torch
 
 from nurec_usd.capture.model import Capture
-from nurec_usd.options import option
+from nurec_usd.ops.neighbors import knn_distances, statistical_outliers
 from nurec_usd.scene.gaussians import ActorTrack, GaussianParams, Scene
 from nurec_usd.sensors.se3 import PoseTrajectory, invert_transform, transform_points
+from nurec_usd.util.options import option
+from nurec_usd.util.prefetch import prefetched
 
 
 @dataclass
 class InitConfig:
     """Options of the initialisation (see ``nurec_usd.train.config`` for the presets); each
-    declares its range beside its default (``nurec_usd.options.option``)."""
+    declares its range beside its default (``nurec_usd.util.options.option``)."""
 
     voxel_m: float = option(0.1, low=1e-3, high=100)  # static voxel size; grown automatically to stay under max_points
     actor_voxel_m: float = option(0.05, low=1e-3, high=100)
@@ -65,8 +67,6 @@ def lidar_world_points(capture: Capture, sweeps: list[tuple[str, int]], device: 
 
     Returns world points ``[N, 3]`` float64, intensities ``[N]`` and times ``[N]`` (seconds), on ``device``.
     """
-    from nurec_usd.capture.prefetch import prefetched
-
     rig = capture.rig_trajectory(device)
     pts, inten, times = [], [], []
     pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # per sweep: lidar-frame points, intensities, times
@@ -218,8 +218,6 @@ def _downsample_to(points: torch.Tensor, voxel: float, max_points: int, *feature
 def initial_scales(points: torch.Tensor,  # [N, 3]
                    floor: float, ceiling: float) -> torch.Tensor:  # [N, 3]
     """Isotropic scales from the mean distance to the 3 nearest neighbours."""
-    from nurec_usd.scene.neighbors import knn_distances
-
     if points.shape[0] < 2:
         return torch.full((points.shape[0], 3), ceiling, dtype=points.dtype, device=points.device)
     d = knn_distances(points.float(), k=3)
@@ -229,8 +227,6 @@ def initial_scales(points: torch.Tensor,  # [N, 3]
 
 def remove_outliers(points: torch.Tensor, std_ratio: float, *features: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Drop statistical outliers (isolated points, e.g. dust or multipath returns)."""
-    from nurec_usd.scene.neighbors import statistical_outliers
-
     if points.shape[0] < 16:
         return (points, *features)
     keep = ~statistical_outliers(points.float(), k=8, std_ratio=std_ratio)
@@ -238,6 +234,20 @@ def remove_outliers(points: torch.Tensor, std_ratio: float, *features: torch.Ten
 
 
 ImageSource = Callable[[str, int], torch.Tensor]  # (camera id, frame index) -> uint8 [H, W, 3] at full size
+
+
+def full_size_images(shrunk: ImageSource, sizes: dict[str, tuple[int, int]]) -> ImageSource:
+    """The frames of ``shrunk`` (decoded at a downscale) stretched back to each camera's full
+    ``(height, width)`` in ``sizes`` by nearest neighbour: every full-size pixel takes the shrunk
+    pixel that covers it, so a downscaled build colours its points without decoding a frame twice."""
+    def image(cam_id: str, index: int) -> torch.Tensor:  # uint8 [H, W, 3]
+        small = shrunk(cam_id, index)  # uint8 [h, w, 3]
+        h, w = sizes[cam_id]
+        rows = torch.arange(h, device=small.device) * small.shape[0] // h  # [H]
+        cols = torch.arange(w, device=small.device) * small.shape[1] // w  # [W]
+        return small[rows[:, None], cols[None, :]]
+
+    return image
 
 
 def decoded_images(capture: Capture) -> ImageSource:
@@ -382,7 +392,7 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
     ``intensity_scale``: lidar intensities are divided by it (as the training targets are);
     None: the 99th percentile of the points used here. ``images``: the frames, already decoded
     at full size (default: decoded from the files). ``clock``: times the parts
-    (a ``nurec_usd.profiling.StageClock``). ``sweep_points``: the sweeps, already read
+    (a ``nurec_usd.util.profiling.StageClock``). ``sweep_points``: the sweeps, already read
     (``lidar_world_points``' ``loaded``; default: read from the files).
     """
     say = log or (lambda _m: None)

@@ -17,6 +17,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from nurec_usd.capture import load_capture
+from nurec_usd.synth.groundtruth import load_groundtruth
 
 _ACTOR_COLOURS = np.array([[230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200], [245, 130, 48],
                            [145, 30, 180], [70, 240, 240], [240, 50, 230], [210, 245, 60], [250, 190, 212],
@@ -109,8 +110,6 @@ def write_contact_sheet(capture_dir: str | Path, out_png: str | Path, groundtrut
     cap = load_capture(capture_dir)
     gt = None
     if groundtruth_dir is not None and Path(groundtruth_dir).exists():
-        from nurec_usd.synth.groundtruth import load_groundtruth
-
         gt = load_groundtruth(groundtruth_dir)
     cams = list(cap.cameras.values())
     first = cams[0]

@@ -30,9 +30,11 @@ from typing import Callable
 
 import numpy as np
 
-from nurec_usd.capture.staging import OutputExistsError
+from nurec_usd.ops.warp_init import init_warp
 from nurec_usd.synth.groundtruth import CONVENTIONS, GT_FORMAT, GT_VERSION, GroundTruthWriter, default_groundtruth_dir
 from nurec_usd.synth.presets import T0_US, WORLD_OFFSET_M, Preset, get_preset
+from nurec_usd.synth.scene import build_scene, describe
+from nurec_usd.util.staging import OutputExistsError
 
 AUTO = "auto"
 
@@ -75,8 +77,6 @@ class StageTimer:
 def resolve_device(device: str | None) -> str:
     """"cuda:0" when a CUDA device is available and none was asked for, else the asked one (checked)."""
     import warp as wp
-
-    from nurec_usd.render.warp_init import init_warp
 
     init_warp()  # quietly: no banner, no "no CUDA driver" line on a CPU-only machine
     if device in (None, "", "auto"):
@@ -144,9 +144,13 @@ def generate(preset: str | Preset, out_dir: str | Path, *, seed: int = 0, ground
     import warp as wp
 
     from nurec_usd.capture.writer import CaptureWriter
-    from nurec_usd.synth.render import (DeviceScene, camera_extrinsics, lidar_column_times_us, lidar_extrinsics,
-                                        lidar_model)
-    from nurec_usd.synth.scene import build_scene, describe
+    from nurec_usd.synth.raycast import (
+        DeviceScene,
+        camera_extrinsics,
+        lidar_column_times_us,
+        lidar_extrinsics,
+        lidar_model,
+    )
     from warp_kernels import synth_raycast
 
     total_start = time.perf_counter()

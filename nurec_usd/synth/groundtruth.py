@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from nurec_usd.capture.staging import StagedDirectory
+from nurec_usd.util.staging import StagedDirectory
 
 GT_FORMAT = "nurec_usd.synth.groundtruth"
 GT_VERSION = 1

@@ -2,7 +2,7 @@
 
 Real cameras change exposure and white balance from frame to frame. The scene has one
 exposure per camera (``Scene.exposure``: gain and bias per channel, applied in
-``nurec_usd.scene.render``); with ``frame_appearance`` set, each training frame also gets
+``nurec_usd.render.scene_renderer``); with ``frame_appearance`` set, each training frame also gets
 an affine correction of the rendered colours, applied after the camera's exposure:
 
 * ``"gain_bias"``: ``rgb * (1 + g) + b`` per channel (6 numbers a frame);

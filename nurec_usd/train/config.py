@@ -7,16 +7,16 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from nurec_usd.capture.ego import BOX_FORMS, BOX_PATTERN
-from nurec_usd.options import check_device, check_fields, check_value, option
+from nurec_usd.capture.ego import BOX_FORMS, BOX_PATTERN, parse_box
 from nurec_usd.scene.init import InitConfig
+from nurec_usd.util.options import OptionError, check_device, check_fields, check_value, option
 
 
 @dataclass
 class TrainConfig:
     """The training loop's options. Learning rates are Adam's, per parameter group.
 
-    Every option declares its range beside its default (``nurec_usd.options.option``); a
+    Every option declares its range beside its default (``nurec_usd.util.options.option``); a
     value outside it is refused, naming the option, before anything runs.
     """
 
@@ -97,7 +97,7 @@ class BuildConfig:
     """Everything ``build`` needs besides the capture: the preset it came from, init and training options."""
 
     preset: str = "fast"  # one of PRESETS
-    device: str = "auto"  # auto, cpu, cuda or cuda:N (nurec_usd.options.check_device)
+    device: str = "auto"  # auto, cpu, cuda or cuda:N (nurec_usd.util.options.check_device)
     # training ends gracefully at this wall-clock budget (seconds; None: no budget)
     budget_s: float | None = option(None, "float", low=0, low_open=True, none_ok=True)
     init: InitConfig = field(default_factory=InitConfig)
@@ -176,8 +176,6 @@ def make_config(preset: str = "fast", **overrides: Any) -> BuildConfig:
     for part in (cfg, cfg.train, cfg.init):  # the presets' own values too
         check_fields(part)
     if cfg.train.ego_box not in ("auto", "off"):  # six numbers: also each lower corner below the upper
-        from nurec_usd.capture.ego import parse_box
-        from nurec_usd.options import OptionError
 
         try:
             parse_box(cfg.train.ego_box)

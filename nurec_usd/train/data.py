@@ -32,13 +32,13 @@ import torch
 
 from nurec_usd.capture.images import read_rgb, read_rgb_into
 from nurec_usd.capture.model import Capture
-from nurec_usd.capture.prefetch import default_workers, prefetched
-from nurec_usd.render.camera import CameraBatch
-from nurec_usd.render.lidar import LidarBatch
-from nurec_usd.scene.render import CameraView, CameraViews
-from nurec_usd.scene.views import camera_geometry, sensor_poses
+from nurec_usd.ops.camera import CameraBatch
+from nurec_usd.ops.lidar import LidarBatch
+from nurec_usd.render.scene_renderer import CameraView, CameraViews
+from nurec_usd.render.views import camera_geometry, sensor_poses
 from nurec_usd.sensors.se3 import PoseTrajectory
 from nurec_usd.train.sweep_reads import KeepFn, checked_sweep, read_columns
+from nurec_usd.util.prefetch import default_workers, prefetched
 
 # Frames of one resolution whose readouts start within this many seconds of each other are
 # rendered together: rigs trigger their cameras together (their frames share a timestamp), and
@@ -262,7 +262,7 @@ class CaptureData:
     its free memory (else pinned host memory, copied per step); True / False force it.
     ``downscale``: train and evaluate on images shrunk by this integer factor (intrinsics
     scaled to match), for quick runs on slow machines. ``workers``: decoding threads (default:
-    one per CPU core, at most 32). ``clock``: times the parts (a ``nurec_usd.profiling.StageClock``).
+    one per CPU core, at most 32). ``clock``: times the parts (a ``nurec_usd.util.profiling.StageClock``).
     ``lidar_keep``: ``(lidar id, points [N, 3] in its frame, a tensor) -> bool [N]``, the returns to use
     (``nurec_usd.train.ego``: not the ego vehicle's); the others are dropped, and rays whose
     only return was dropped are marked -1 in the range images (neither a return nor a miss).

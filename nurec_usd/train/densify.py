@@ -25,13 +25,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from nurec_usd.render.warp_torch import launch, warp_device
+from nurec_usd.ops import perturb as ops_perturb
 from nurec_usd.scene.gaussians import GaussianParams
-from nurec_usd.sensors.se3 import quat_normalize, quat_to_matrix
-from warp_kernels import perturb as kperturb
 
 if TYPE_CHECKING:
-    from nurec_usd.train.adam import FusedAdam
+    from nurec_usd.ops.adam import FusedAdam
 
 MAX_COPIES = 51  # a source shares its opacity among at most this many copies
 
@@ -159,33 +157,7 @@ def relocate_and_grow(params: GaussianParams, optimizer: FusedAdam, *, dead_opac
 @torch.no_grad()
 def perturb_transparent(params: GaussianParams, scale: float, dead_opacity: float,
                         generator: torch.Generator | None = None) -> None:
-    """Move near-transparent Gaussians by noise shaped like themselves (their rotation and scales).
-
-    One Warp kernel (``warp_kernels.perturb``) for float32 parameters; the noise comes from
-    ``torch.randn`` with ``generator``, as in :func:`perturb_transparent_reference`, its torch
-    twin (used for other dtypes).
-    """
-    if len(params) == 0 or scale <= 0:
-        return
-    if params.means.dtype != torch.float32:
-        perturb_transparent_reference(params, scale, dead_opacity, generator)
-        return
-    means = params.means
-    z = torch.randn(means.shape, device=means.device, generator=generator)  # [N, 3]
-    launch(kperturb.perturb_transparent, means.shape[0],
-           [means, params.quats, params.log_scales, params.opacity_logits, z, float(scale), float(dead_opacity)],
-           device=warp_device(means.device))
-
-
-@torch.no_grad()
-def perturb_transparent_reference(params: GaussianParams, scale: float, dead_opacity: float,
-                                  generator: torch.Generator | None = None) -> None:
-    """Torch twin of :func:`perturb_transparent` (the same noise for the same generator)."""
-    if len(params) == 0 or scale <= 0:
-        return
-    opacity = torch.sigmoid(params.opacity_logits)
-    gate = torch.sigmoid(-100.0 * (opacity - dead_opacity))  # ~1 when transparent, ~0 when opaque
-    z = torch.randn(params.means.shape, device=params.means.device, generator=generator)
-    local = z * params.log_scales.exp()
-    world = (quat_to_matrix(quat_normalize(params.quats)) @ local[..., None])[..., 0]
-    params.means.add_(world * (scale * gate)[:, None])
+    """Move near-transparent Gaussians by noise shaped like themselves (their rotation and scales),
+    in place: :func:`nurec_usd.ops.perturb.perturb_transparent` on the set's tensors."""
+    ops_perturb.perturb_transparent(params.means, params.quats, params.log_scales, params.opacity_logits,
+                                    scale, dead_opacity, generator)

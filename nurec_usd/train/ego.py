@@ -31,7 +31,7 @@ import torch
 
 from nurec_usd.capture import ego
 from nurec_usd.capture.model import Capture
-from nurec_usd.options import OptionError
+from nurec_usd.util.options import OptionError
 
 MIN_TRAVEL_M = 2.0  # "auto": the rig must move this far over a camera's training frames
 

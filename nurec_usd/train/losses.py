@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nurec_usd.train.fused_ssim import fast_ssim
+from nurec_usd.ops.ssim import fast_ssim
 
 
 def image_loss(image: torch.Tensor,  # [H, W, 3] or [C, H, W, 3] rendered

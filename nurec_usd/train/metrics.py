@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
+
+from nurec_usd.ops.reference import ssim  # noqa: F401  (the metric is the fused SSIM kernel's twin)
 
 
 def psnr(image: torch.Tensor,  # [..., H, W, 3] in [0, 1]
@@ -22,42 +23,6 @@ def psnr(image: torch.Tensor,  # [..., H, W, 3] in [0, 1]
     return -10.0 * torch.log10(mse.clamp_min(1e-12))
 
 
-# SSIM's stabilising constants (K1 = 0.01, K2 = 0.03, images in [0, 1])
-SSIM_C1 = 0.01 ** 2
-SSIM_C2 = 0.03 ** 2
-
-
-def gaussian_window(size: int, sigma: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:  # [size]
-    """The 1D Gaussian window of SSIM, normalised to sum 1."""
-    x = torch.arange(size, dtype=dtype, device=device) - (size - 1) / 2
-    g = torch.exp(-x.square() / (2 * sigma * sigma))
-    return g / g.sum()
-
-
-def ssim(image: torch.Tensor,  # [H, W, 3] or [B, H, W, 3] in [0, 1]
-         target: torch.Tensor,  # same shape
-         window: int = 11, sigma: float = 1.5) -> torch.Tensor:  # []
-    """Structural similarity (Wang et al. 2004): Gaussian window 11 / sigma 1.5, K1 = 0.01, K2 = 0.03,
-    per channel, averaged over the windows that fit inside the image (no padding). Differentiable."""
-    x = image if image.dim() == 4 else image[None]
-    y = target if target.dim() == 4 else target[None]
-    x = x.permute(0, 3, 1, 2)  # [B, 3, H, W]
-    y = y.permute(0, 3, 1, 2)
-    c = x.shape[1]
-    g = gaussian_window(window, sigma, x.dtype, x.device)
-    gx = g.view(1, 1, 1, -1).expand(c, 1, 1, window)
-    gy = g.view(1, 1, -1, 1).expand(c, 1, window, 1)
-
-    def blur(z: torch.Tensor) -> torch.Tensor:  # separable Gaussian, valid region only
-        return F.conv2d(F.conv2d(z, gx, groups=c), gy, groups=c)
-
-    mu_x, mu_y = blur(x), blur(y)
-    sxx = blur(x * x) - mu_x.square()
-    syy = blur(y * y) - mu_y.square()
-    sxy = blur(x * y) - mu_x * mu_y
-    c1, c2 = SSIM_C1, SSIM_C2
-    s = ((2 * mu_x * mu_y + c1) * (2 * sxy + c2)) / ((mu_x.square() + mu_y.square() + c1) * (sxx + syy + c2))
-    return s.mean()
 
 
 LIDAR_ERROR_KEYS = ("median_range_error_m", "mean_range_error_m", "hit_accuracy", "rays", "returns")

@@ -26,17 +26,18 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from nurec_usd.profiling import StepProfiler
-from nurec_usd.render.camera import IntersectionCapacity, RenderSettings
-from nurec_usd.render.lidar import LidarRenderSettings
+from nurec_usd.ops.adam import FusedAdam
+from nurec_usd.ops.camera import IntersectionCapacity, RenderSettings
+from nurec_usd.ops.lidar import LidarRenderSettings
+from nurec_usd.render.scene_renderer import SceneRenderer
 from nurec_usd.scene.gaussians import GaussianParams, Scene
-from nurec_usd.scene.render import SceneRenderer
-from nurec_usd.train.adam import FusedAdam
+from nurec_usd.train.appearance import FrameAppearance
 from nurec_usd.train.config import TrainConfig
 from nurec_usd.train.data import CaptureData, FrameGroup
 from nurec_usd.train.densify import perturb_transparent, relocate_and_grow
 from nurec_usd.train.losses import image_loss, lidar_loss, regularisers
 from nurec_usd.train.metrics import psnr
+from nurec_usd.util.profiling import StepProfiler
 
 
 @dataclass
@@ -65,7 +66,7 @@ class Trainer:
 
     def __init__(self, scene: Scene, data: CaptureData, config: TrainConfig,
                  log: Callable[[str], None] | None = None, profiler: StepProfiler | None = None):
-        """``profiler``: times the parts of a window of steps (``nurec_usd.profiling``); None: off."""
+        """``profiler``: times the parts of a window of steps (``nurec_usd.util.profiling``); None: off."""
         if not data.train_frames:
             raise ValueError("the capture has no camera frames to train on (all are held out, or there are none)")
         self.scene, self.data, self.cfg = scene, data, config
@@ -88,8 +89,6 @@ class Trainer:
         groups.append({"params": [scene.exposure], "lr": config.lr_exposure * self.lr_scale, "name": "exposure"})
         self.appearance = None  # per-frame colour corrections, training only (nurec_usd.train.appearance)
         if config.frame_appearance != "off":
-            from nurec_usd.train.appearance import FrameAppearance
-
             self.appearance = FrameAppearance(data, config.frame_appearance)
             groups.append({"params": [self.appearance.delta], "lr": config.lr_frame_appearance * self.lr_scale,
                            "name": "frame_appearance"})
@@ -355,7 +354,7 @@ class Trainer:
                 if over_budget and done < cfg.steps:
                     status, message = "budget", f"stopped at the {budget_s:g} s budget after {done} of {cfg.steps} steps"
                     break
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM where the caller turns it into one (nurec_usd.interrupts)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM where the caller turns it into one (nurec_usd.util.interrupts)
             # Keep the state in memory: every finished step (`done`) is in it. A step cut short
             # applies its update per tensor or not at all, so the values stay whole; only a state
             # gone non-finite since the last check falls back to the last trusted checkpoint.

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from nurec_usd.capture.prefetch import prefetched
+from nurec_usd.util.prefetch import prefetched
 
 
 def test_results_come_in_order_with_at_most_depth_ahead():

@@ -18,8 +18,8 @@ pytest.importorskip("pxr")
 
 from test_usd_export import exported, rig, scene  # noqa: E402,F401 (fixtures)
 
-from nurec_usd.progress import INTERVAL_ENV  # noqa: E402
-from nurec_usd.render.warp_init import NO_DRIVER_WARNING, cuda_driver_present  # noqa: E402
+from nurec_usd.ops.warp_init import NO_DRIVER_WARNING, cuda_driver_present  # noqa: E402
+from nurec_usd.util.progress import INTERVAL_ENV  # noqa: E402
 
 NO_DRIVER = not cuda_driver_present()
 
@@ -86,7 +86,7 @@ def test_existing_output_message_is_the_same_on_every_command(exported, run_dir,
     ("scene.usdz", b"PK\x03\x04" + bytes(200), "not a USD stage USD can read"),
 ])
 def test_replay_of_a_file_that_is_not_a_stage_says_so_in_one_line(tmp_path, name, content, reason):
-    from nurec_usd.replay import Replay, ReplayError
+    from nurec_usd.replay.stage import Replay, ReplayError
 
     path = tmp_path / name
     path.write_bytes(content)
@@ -129,7 +129,7 @@ def test_no_cuda_driver_warning_from_warp_commands(exported, tmp_path):
     r = run("render", exported, "--sensor", "top", "--time", "0.2", "-o", tmp_path / "top.ply", "--device", "cpu")
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
-    code = ("from nurec_usd.render.warp_init import init_warp; init_warp(); import warp as wp; "
+    code = ("from nurec_usd.ops.warp_init import init_warp; init_warp(); import warp as wp; "
             "print(wp.get_device('cpu'))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "cpu" and r.stderr == "", r.stderr

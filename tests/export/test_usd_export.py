@@ -402,7 +402,7 @@ def test_sky_is_a_dome_light_whose_texture_viewers_map_like_we_do(stage, scene, 
 
     from pxr import UsdLux
 
-    from nurec_usd.scene.render import sky_colors
+    from nurec_usd.render.scene_renderer import sky_colors
 
     dome = UsdLux.DomeLight(stage.GetPrimAtPath("/World/Background/Sky"))
     assert dome and dome.GetTextureFormatAttr().Get() == "latlong"

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from nurec_usd.render.scene_renderer import sky_colors
 from nurec_usd.scene.gaussians import ActorTrack, GaussianParams, Scene
 from nurec_usd.scene.init import split_actor_points, voxel_downsample
-from nurec_usd.scene.render import sky_colors
 from nurec_usd.sensors.lidar import SpinningLidarModel
 from nurec_usd.sensors.se3 import PoseTrajectory
 from nurec_usd.train.data import held_out, range_image
@@ -161,3 +161,41 @@ def test_sweeps_placed_in_chunks_equal_one_chunk():
     assert len(calls) == len(sweeps) and whole[0].shape[0] > 3 * 15_000
     for a, b in zip(whole, chunked):
         assert torch.equal(a, b)
+
+
+def test_full_size_images_repeat_each_shrunk_pixel():
+    """Each full-size pixel takes the shrunk pixel covering it: a 2x3 image stretched to 4x6 is
+    its 2x2 blocks, and to 5x7 (sizes a downscale rounds) every row and column maps inside it."""
+    from nurec_usd.scene.init import full_size_images
+
+    small = torch.arange(18, dtype=torch.uint8).reshape(2, 3, 3)
+    big = full_size_images(lambda cam, i: small, {"cam": (4, 6)})("cam", 0)
+    assert big.dtype == torch.uint8 and big.shape == (4, 6, 3)
+    assert torch.equal(big, small.repeat_interleave(2, 0).repeat_interleave(2, 1))
+    odd = full_size_images(lambda cam, i: small, {"cam": (5, 7)})("cam", 0)
+    assert odd.shape == (5, 7, 3) and torch.equal(odd[0, 0], small[0, 0]) and torch.equal(odd[-1, -1], small[-1, -1])
+
+
+def test_a_downscaled_build_decodes_no_frame_again_for_its_colours(handmade_capture, monkeypatch):
+    """initial_scene at downscale 2 colours from the frames CaptureData decoded: reading a frame
+    from its file again fails the test; the colours are those of full-size decoding within the
+    shrinking's blur."""
+    from nurec_usd.capture.importers import load_any
+    from nurec_usd.capture.model import CameraFrame
+    from nurec_usd.pipeline import initial_scene
+    from nurec_usd.train.config import make_config
+    from nurec_usd.train.data import CaptureData
+
+    config = make_config("fast", downscale=2)
+    cap = load_any(handmade_capture)
+    full = initial_scene(cap, CaptureData(cap, "cpu", downscale=1), config.init)
+    data = CaptureData(cap, "cpu", downscale=2)
+
+    def no_decode(self):
+        raise AssertionError(f"{self.image_path} decoded again")
+
+    monkeypatch.setattr(CameraFrame, "load_image", no_decode)
+    shrunk = initial_scene(cap, data, config.init)
+    colour = lambda s: (s.static.sh0[:, 0] * 0.28209479177387814 + 0.5)  # noqa: E731
+    assert shrunk.static.means.shape == full.static.means.shape
+    assert float((colour(shrunk) - colour(full)).abs().mean()) < 0.05

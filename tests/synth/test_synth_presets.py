@@ -109,7 +109,7 @@ def test_scene_build_is_deterministic():
 
 
 def test_poses_to_wp_converts_quaternions_to_warp_order():
-    from nurec_usd.synth.render import poses_to_wp
+    from nurec_usd.synth.raycast import poses_to_wp
 
     yaw = 0.7
     T = np.eye(4)

@@ -61,9 +61,9 @@ def test_corrections_centre_per_camera_and_map_colours():
 
 
 def _train(capture, mode: str, tmp_path):
+    from nurec_usd.evaluation import evaluate
     from nurec_usd.pipeline import initial_scene
     from nurec_usd.train.config import make_config
-    from nurec_usd.train.evaluate import evaluate
     from nurec_usd.train.trainer import Trainer
 
     torch.manual_seed(0)

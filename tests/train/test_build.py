@@ -79,7 +79,7 @@ def _box_pixels(capture, cam_id: str, track, t: float, T_world_camera: torch.Ten
     """Pixel rectangle (u0, v0, u1, v1) around a track's box at time t, or None when not in view."""
     from nurec_usd.sensors.cameras import camera_model
     from nurec_usd.sensors.se3 import PoseTrajectory, invert_transform, transform_points
-    from nurec_usd.scene.views import downscaled_intrinsics
+    from nurec_usd.render.views import downscaled_intrinsics
 
     if not float(track.times[0]) <= t <= float(track.times[-1]):
         return None
@@ -106,7 +106,7 @@ def _box_pixels(capture, cam_id: str, track, t: float, T_world_camera: torch.Ten
 def test_actors_are_their_own_gaussians_and_move_with_their_tracks(tiny_run):
     from nurec_usd.capture import load_capture
     from nurec_usd.scene.gaussians import Scene
-    from nurec_usd.scene.render import SceneRenderer
+    from nurec_usd.render.scene_renderer import SceneRenderer
     from nurec_usd.sensors.se3 import PoseTrajectory
     from nurec_usd.train.data import CaptureData
 
@@ -222,7 +222,7 @@ def test_diverging_run_stops_cleanly_with_the_last_good_checkpoint(handmade_capt
 def test_track_refinement_learns_pose_corrections(handmade_capture, tmp_path):
     from nurec_usd.pipeline import build
     from nurec_usd.scene.gaussians import Scene
-    from nurec_usd.scene.render import SceneRenderer
+    from nurec_usd.render.scene_renderer import SceneRenderer
 
     out = tmp_path / "run"
     result = build(handmade_capture, out, steps=4, refine_tracks=True, progress=False, log=lambda _m: None)

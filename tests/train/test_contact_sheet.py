@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from nurec_usd.train.evaluate import contact_sheet
+from nurec_usd.evaluation import contact_sheet
 
 
 def test_narrow_rows_keep_their_size_and_wide_rows_shrink(tmp_path):

@@ -8,7 +8,7 @@ import torch
 from conftest import REPO
 from nurec_usd.capture import load_capture
 from nurec_usd.sensors.cameras import camera_model
-from nurec_usd.scene.views import downscaled_intrinsics
+from nurec_usd.render.views import downscaled_intrinsics
 
 
 @pytest.mark.parametrize("k", [2, 3])
@@ -79,7 +79,7 @@ def test_lens_mask_covers_exactly_the_imaged_circle():
     assert float(img[:, ~m].mean()) < 2.0 < 20.0 < float(img[:, m].mean())
     # renders are black there too
     from nurec_usd.scene.gaussians import GaussianParams, Scene
-    from nurec_usd.scene.render import SceneRenderer
+    from nurec_usd.render.scene_renderer import SceneRenderer
 
     g = GaussianParams.create(torch.zeros(0, 3), torch.zeros(0, 3), torch.zeros(0, 3))
     scene = Scene(g, g, torch.zeros(0, dtype=torch.int32), [], torch.zeros(3, 4, 16),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nurec_usd.train.adam import FusedAdam
+from nurec_usd.ops.adam import FusedAdam
 
 
 def _problem(seed: int):
@@ -43,7 +43,7 @@ def test_matches_torch_adam_over_many_steps():
 def test_each_parameter_keeps_its_recorded_launch(monkeypatch):
     """Parameters of different shapes each have their own recorded launch: after the first step
     a step only rewrites pointers, building no argument descriptor (host time per step)."""
-    from nurec_usd.render import warp_torch
+    from nurec_usd.ops import warp_torch
 
     target, a0, b0 = _problem(1)
     params = [a0.clone().requires_grad_(True), b0.clone().requires_grad_(True)]
@@ -83,7 +83,7 @@ def test_refuses_what_it_cannot_update():
 def test_cuda_code_generation(tmp_path):
     import warp as wp
 
-    from nurec_usd.render.warp_torch import init_warp
+    from nurec_usd.ops.warp_torch import init_warp
     from warp_kernels import adam
 
     init_warp()
@@ -119,7 +119,7 @@ def test_does_not_import_dynamo():
     import subprocess
     import sys
 
-    code = ("import sys, torch\nfrom nurec_usd.train.adam import FusedAdam\n"
+    code = ("import sys, torch\nfrom nurec_usd.ops.adam import FusedAdam\n"
             "p = torch.zeros(3, requires_grad=True)\nopt = FusedAdam([p], lr=0.1)\n"
             "(p * 2).sum().backward()\nopt.step()\nopt.zero_grad()\nprint('torch._dynamo' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

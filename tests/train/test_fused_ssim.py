@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from nurec_usd.train.fused_ssim import fused_ssim
+from nurec_usd.ops.ssim import fused_ssim
 from nurec_usd.train.metrics import ssim
 
 wp = pytest.importorskip("warp")

@@ -77,12 +77,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from nurec_usd.capture.errors import CaptureError, Problem
 from nurec_usd.capture.importers import sweep_cache
 from nurec_usd.capture.importers.common import invert_rigid, label, sensor_id
 from nurec_usd.capture.importers.problems import FieldError, Problems, relative
 from nurec_usd.capture.importers.sweep_cache import estimate_channel_table
+from nurec_usd.capture.loader import load_capture
 from nurec_usd.capture.model import Capture
 from nurec_usd.capture.paths import ensure_inside, resolve_inside
 from nurec_usd.capture.sweep_io import write_nrl
@@ -270,8 +272,6 @@ def load(path: Path, *, instances: dict[str, str] | None = None, skip_missing: b
         CaptureError: naming the store file and component field of every problem found, or
             saying how to install ``nvidia-ncore`` when it is missing.
     """
-    from nurec_usd.capture.loader import load_capture
-
     inputs = _locate(Path(path))
     _import_ncore(str(path))
     for name in instances or {}:
@@ -782,8 +782,6 @@ class _Converter:
                 self.found.add(inst.file, field_, f"cannot read the image ({_describe(exc)})")
                 continue
             try:
-                from PIL import Image
-
                 with Image.open(io.BytesIO(blob)) as im:
                     size = im.size
                     if fmt not in ("png", "jpeg", "jpg"):
@@ -838,7 +836,6 @@ class _Converter:
         if ego.shape != (H, W):
             self.found.add(masks.file, field_, f"mask is {ego.shape[1]}x{ego.shape[0]}, the camera is {W}x{H}")
             return None
-        from PIL import Image
 
         rel = f"masks/{cam_id}.png"
         (self.out / "masks").mkdir(exist_ok=True)

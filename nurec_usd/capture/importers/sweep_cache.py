@@ -30,8 +30,8 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from nurec_usd.capture.model import Lidar, LidarSweepFile
-from nurec_usd.capture.staging import StagedDirectory
 from nurec_usd.capture.sweep_io import SweepFormatError, read_nrl_header, write_nrl
+from nurec_usd.util.staging import StagedDirectory
 
 SPEC_NAME = "lidar.json"
 TABLE_SAMPLE_SWEEPS = 16  # sweeps read to estimate a channel table (evenly spaced)
