@@ -4,10 +4,12 @@ directions; and colours from spherical harmonics along those directions (``sh_co
 One thread per (camera, Gaussian). Every camera model of the capture format (pinhole,
 OpenCV radial-tangential, OpenCV fisheye, f-theta) and rolling shutter are handled in
 the same kernel, selected per camera by a model id, so a whole rig projects in one
-launch. The kernel has no loops whose trip count is only known at run time, so Warp's
-generated adjoint is its backward (``wp.launch(..., adjoint=True)``); launches whose cameras
-are all pinhole with a global shutter use a kernel specialised for them and a hand-written
-backward (``make_pinhole_backward_kernel``).
+launch. Its backward is hand-written (``make_projection_backward_kernel``: one thread per
+Gaussian over the cameras); the kernel has no loops whose trip count is only known at run
+time, so Warp's generated adjoint (``wp.launch(..., adjoint=True)``) exists too, and is the
+oracle the tests compare the hand-written one with. Launches whose cameras are all pinhole
+with a global shutter use a kernel specialised for them and its own hand-written backward
+(``make_pinhole_backward_kernel``).
 
 Camera parameters travel as one ``vec16`` per camera (see ``CAMERA_PARAM_LAYOUT``);
 poses as (quaternion, translation) of ``T_camera_world`` at the start and at the end of
@@ -21,7 +23,7 @@ import warp as wp
 
 from warp_kernels.compositing import ALPHA_MIN
 from warp_kernels.modules import variant_module
-from warp_kernels.pose_funcs import make_pose_funcs, make_rotation_funcs
+from warp_kernels.pose_funcs import make_pose_funcs, make_pose_rate_func, make_rotation_funcs
 
 MODEL_PINHOLE = 0
 MODEL_OPENCV = 1
@@ -87,30 +89,19 @@ def make_view_bounds(float_t):
     return view_bounds
 
 
-def make_projection_kernel(float_t, pinhole_global: bool = False):
-    """The projection kernel for one float type (``wp.float32`` for speed, ``wp.float64`` for gradcheck).
-
-    ``pinhole_global``: the kernel for launches whose cameras are all pinhole with a global
-    shutter, in a module of its own. The camera model and the shutter are then known when the
-    kernel compiles, so its code holds the pinhole path only, and its backward is hand-written
-    (``make_pinhole_backward_kernel``) instead of Warp's generated adjoint, which carries every
-    model's and the rolling shutter's state.
-    """
-    # float64 and specialised kernels compile apart (warp_kernels.modules)
-    # the pinhole module's backward is hand-written (make_pinhole_backward_kernel): no adjoints to compile
-    module = (variant_module(__name__, float_t, "pinhole", enable_backward=False) if pinhole_global
-              else variant_module(__name__, float_t))
+@functools.lru_cache(maxsize=None)
+def make_camera_funcs(float_t):
+    """The camera models' funcs for one float type, shared by the projection and its hand-written
+    backward (which replays the forward with them): (``opencv_radial``, ``opencv_jacobian``,
+    ``project_pinhole``, ``project_point``, ``line_fraction``)."""
     vec2 = wp.types.vector(2, float_t)
     vec3 = wp.types.vector(3, float_t)
     vec16 = wp.types.vector(16, float_t)
     mat22 = wp.types.matrix((2, 2), float_t)
     mat23 = wp.types.matrix((2, 3), float_t)
-    vec4 = wp.types.vector(4, float_t)
-
-    to_quat, pose_at = make_pose_funcs(float_t)
     view_bounds = make_view_bounds(float_t)
 
-    @wp.func(module=module)
+    @wp.func
     def project_radial_angle(p: vec3, fx: float_t, fy: float_t, cx: float_t, cy: float_t, f: float_t,
                              df: float_t, theta: float_t, r: float_t):
         """uv and d(uv)/dp for models with rho = f(theta) along the direction of (x, y)."""
@@ -140,7 +131,7 @@ def make_projection_kernel(float_t, pinhole_global: bool = False):
                   fy * y * ds_dr * dxr, fy * (s + y * ds_dr * dyr), fy * y * ds_dz)
         return vec2(u, v), J
 
-    @wp.func(module=module)
+    @wp.func
     def opencv_radial(k: vec16, r2: float_t):
         """Radial factor (1 + k1 r2 + k2 r4 + k3 r6) / (1 + k4 r2 + k5 r4 + k6 r6) and its derivative in r2."""
         a = float_t(1.0) + r2 * (k[4] + r2 * (k[5] + r2 * k[6]))
@@ -149,7 +140,7 @@ def make_projection_kernel(float_t, pinhole_global: bool = False):
         db = k[7] + r2 * (float_t(2.0) * k[8] + float_t(3.0) * r2 * k[9])
         return a / b, (da * b - a * db) / (b * b)
 
-    @wp.func(module=module)
+    @wp.func
     def opencv_distort(k: vec16, xn: float_t, yn: float_t):
         r2 = xn * xn + yn * yn
         radial, drad = opencv_radial(k, r2)
@@ -159,7 +150,7 @@ def make_projection_kernel(float_t, pinhole_global: bool = False):
         yd = yn * radial + p1 * (r2 + float_t(2.0) * yn * yn) + float_t(2.0) * p2 * xn * yn
         return xd, yd
 
-    @wp.func(module=module)
+    @wp.func
     def opencv_jacobian(k: vec16, xn: float_t, yn: float_t):
         """d(distorted)/d(normalised) of the OpenCV model at (xn, yn)."""
         r2 = xn * xn + yn * yn
@@ -172,7 +163,7 @@ def make_projection_kernel(float_t, pinhole_global: bool = False):
                      xy2 + float_t(2.0) * p1 * xn + float_t(2.0) * p2 * yn,
                      radial + float_t(2.0) * yn * yn * drad + float_t(6.0) * p1 * yn + float_t(2.0) * p2 * xn)
 
-    @wp.func(module=module)
+    @wp.func
     def perspective(k: vec16, p: vec3, near: float_t, width: int, height: int):
         """The perspective division of the pinhole and OpenCV models: the normalised point
         (xn, yn); the point clamped to near the view (xj, yj), where the Jacobian is taken;
@@ -189,14 +180,14 @@ def make_projection_kernel(float_t, pinhole_global: bool = False):
         P = mat23(iz, float_t(0.0), -xj * iz, float_t(0.0), iz, -yj * iz)
         return p[0] * iz, p[1] * iz, xj, yj, P, ok
 
-    @wp.func(module=module)
+    @wp.func
     def project_pinhole(k: vec16, p: vec3, near: float_t, width: int, height: int):
         """``project_point`` for a pinhole camera."""
         xn, yn, xj, yj, P, ok = perspective(k, p, near, width, height)
         J = mat22(k[0], float_t(0.0), float_t(0.0), k[1]) * P
         return vec2(k[0] * xn + k[2], k[1] * yn + k[3]), J, ok
 
-    @wp.func(module=module)
+    @wp.func
     def project_point(model: int, k: vec16, p: vec3, near: float_t, width: int, height: int):
         """Pixel of camera-frame point p, its Jacobian, and whether the model can see it."""
         x = p[0]
@@ -245,7 +236,7 @@ def make_projection_kernel(float_t, pinhole_global: bool = False):
             uv, J = project_radial_angle(p, fx, fy, cx, cy, f, df, theta, r)
         return uv, J, ok
 
-    @wp.func(module=module)
+    @wp.func
     def line_fraction(shutter: int, uv: vec2, width: int, height: int):
         """Readout position of pixel uv in [0, 1] (0: first line read)."""
         frac = float_t(0.0)
@@ -260,6 +251,30 @@ def make_projection_kernel(float_t, pinhole_global: bool = False):
         elif shutter == SHUTTER_RIGHT_TO_LEFT:
             frac = float_t(1.0) - uv[0] / cols
         return wp.clamp(frac, float_t(0.0), float_t(1.0))
+
+    return opencv_radial, opencv_jacobian, project_pinhole, project_point, line_fraction
+
+
+def make_projection_kernel(float_t, pinhole_global: bool = False):
+    """The projection kernel for one float type (``wp.float32`` for speed, ``wp.float64`` for gradcheck).
+
+    ``pinhole_global``: the kernel for launches whose cameras are all pinhole with a global
+    shutter, in a module of its own. The camera model and the shutter are then known when the
+    kernel compiles, so its code holds the pinhole path only, and its backward is hand-written
+    (``make_pinhole_backward_kernel``) instead of Warp's generated adjoint, which carries every
+    model's and the rolling shutter's state.
+    """
+    # float64 and specialised kernels compile apart (warp_kernels.modules)
+    # the pinhole module's backward is hand-written (make_pinhole_backward_kernel): no adjoints to compile
+    module = (variant_module(__name__, float_t, "pinhole", enable_backward=False) if pinhole_global
+              else variant_module(__name__, float_t))
+    vec2 = wp.types.vector(2, float_t)
+    vec3 = wp.types.vector(3, float_t)
+    vec16 = wp.types.vector(16, float_t)
+    vec4 = wp.types.vector(4, float_t)
+
+    to_quat, pose_at = make_pose_funcs(float_t)
+    project_pinhole, project_point, line_fraction = make_camera_funcs(float_t)[-3:]
 
     @wp.kernel(module=module)
     def project_gaussians(
@@ -539,6 +554,356 @@ def make_pinhole_backward_kernel(float_t):
     return project_pinhole_backward
 
 
+def make_projection_backward_kernel(float_t):
+    """Hand-written backward of ``project_gaussians`` for every camera model and shutter, in a
+    module of its own (no generated adjoints to compile).
+
+    One thread per Gaussian walks the cameras and writes its gradients once (not accumulated), as
+    ``make_pinhole_backward_kernel`` does; it gives what Warp's generated adjoint of the projection
+    gives, which tests/ops/test_projection_backward.py checks. Per camera, visible pairs only
+    (radius > 0; culled pairs carry no gradient), with (R, t) the pose at the line time a:
+
+        p = R m + t,   uv = pi(p),   J = J(p),   depth = p_z (|p| for fisheye / f-theta)
+        cov2 = (J R) cov3 (J R)^T + eps I,   conic = cov2^-1,   dir = (m + R^T t) / |m + R^T t|
+
+    Backwards: dL/dcov2 = H = -conic G conic (G: the conic gradient as a symmetric matrix), then
+    dL/dcov3 = (J R)^T H (J R) and dL/d(J R) = 2 H (J R) cov3, split into dL/dJ = 2 H J R cov3 R^T
+    and dL/dR = 2 J^T H J R cov3. dL/dp = dpi/dp^T dL/duv + <dL/dJ, dJ/dp> + dL/ddepth ddepth/dp,
+    where dJ/dp holds the models' second derivatives (``perspective_vjp``, ``radial_angle_vjp``).
+    The perspective models take J at the point clamped to the view (``view_bounds``): no J-gradient
+    flows through a clamped coordinate.
+
+    Rolling shutter: a = clamp(frac(pi(p0)), 0, 1) with p0 = R(1/2) m + t(1/2), and (R, t) = pose_at(a).
+    Then dL/da = <dL/dR, dR/da> + <dL/dt, t1 - t0> with dL/dR and dL/dt collected from the conic,
+    from p = R m + t (dL/dp m^T, dL/dp) and from the view direction's centre -R^T t; dR/da comes
+    through the quaternion's rate (``pose_rate``). dL/da reaches m through d frac/duv, dpi/dp0 and
+    R(1/2) where the clamp passes it (frac in [0, 1), as Warp's clamp adjoint). Quaternions get the
+    gradient of the unnormalised input: (g - q <q, g>) / |q| with q the unit quaternion.
+    """
+    module = variant_module(__name__, float_t, "backward", enable_backward=False)
+    vec2 = wp.types.vector(2, float_t)
+    vec3 = wp.types.vector(3, float_t)
+    vec4 = wp.types.vector(4, float_t)
+    vec16 = wp.types.vector(16, float_t)
+    mat22 = wp.types.matrix((2, 2), float_t)
+    mat23 = wp.types.matrix((2, 3), float_t)
+    mat33 = wp.types.matrix((3, 3), float_t)
+    to_quat, pose_at = make_pose_funcs(float_t)
+    pose_rate = make_pose_rate_func(float_t)
+    rotation_wxyz, rotation_wxyz_vjp = make_rotation_funcs(float_t)
+    view_bounds = make_view_bounds(float_t)
+    opencv_radial, opencv_jacobian, _, project_point, line_fraction = make_camera_funcs(float_t)
+    zero = float_t(0.0)
+    one = float_t(1.0)
+    two = float_t(2.0)
+
+    @wp.func(module=module)
+    def opencv_jacobian_vjp(k: vec16, x: float_t, y: float_t, G: mat22):
+        """Gradient in (x, y) of <G, opencv_jacobian(k, x, y)>: the distortion's second derivatives,
+        with rho(r2) the radial factor and rho'' = (A'' - 2 rho' B' - rho B'') / B for rho = A / B."""
+        r2 = x * x + y * y
+        rho, d1 = opencv_radial(k, r2)
+        b = one + r2 * (k[7] + r2 * (k[8] + r2 * k[9]))
+        db = k[7] + r2 * (two * k[8] + float_t(3.0) * r2 * k[9])
+        dda = two * k[5] + float_t(6.0) * r2 * k[6]
+        ddb = two * k[8] + float_t(6.0) * r2 * k[9]
+        d2 = (dda - two * d1 * db - rho * ddb) / b
+        p1 = k[10]
+        p2 = k[11]
+        # D = [[rho + 2 x^2 rho' + 2 p1 y + 6 p2 x, e], [e, rho + 2 y^2 rho' + 6 p1 y + 2 p2 x]],
+        # e = 2 x y rho' + 2 p1 x + 2 p2 y
+        g_e = G[0, 1] + G[1, 0]
+        de_dx = two * y * d1 + float_t(4.0) * x * x * y * d2 + two * p1
+        de_dy = two * x * d1 + float_t(4.0) * x * y * y * d2 + two * p2
+        gx = (G[0, 0] * (float_t(6.0) * x * d1 + float_t(4.0) * x * x * x * d2 + float_t(6.0) * p2) + g_e * de_dx
+              + G[1, 1] * de_dy)
+        gy = (G[0, 0] * de_dx + g_e * de_dy
+              + G[1, 1] * (float_t(6.0) * y * d1 + float_t(4.0) * y * y * y * d2 + float_t(6.0) * p1))
+        return gx, gy
+
+    @wp.func(module=module)
+    def perspective_vjp(model: int, k: vec16, p: vec3, near: float_t, width: int, height: int, g_uv: vec2,
+                        g_J: mat23):
+        """Gradient in p of <g_uv, uv(p)> + <g_J, J(p)> for the pinhole and OpenCV models, as
+        ``project_point`` computes them: uv = F d(x_n, y_n) + c at the point itself (d: the
+        distortion, the identity for the pinhole), J = F D(x_j, y_j) P at the clamped point, with
+        (x_n, y_n) = (p_x, p_y) / z and P = [[1/z, 0, -x_j / z], [0, 1/z, -y_j / z]]. z is held at
+        ``near`` below it, as in ``perspective`` (the line-fraction pass meets such points)."""
+        z = p[2]
+        z_moves = True
+        if z <= near:
+            z = near
+            z_moves = False
+        iz = one / z
+        xn = p[0] * iz
+        yn = p[1] * iz
+        x_lo, x_hi, y_lo, y_hi = view_bounds(k, width, height)
+        xj = wp.clamp(xn, x_lo, x_hi)
+        yj = wp.clamp(yn, y_lo, y_hi)
+        fx = k[0]
+        fy = k[1]
+        g_xn = fx * g_uv[0]
+        g_yn = fy * g_uv[1]
+        g_P = mat23(fx * g_J[0, 0], fx * g_J[0, 1], fx * g_J[0, 2], fy * g_J[1, 0], fy * g_J[1, 1], fy * g_J[1, 2])
+        g_xj = zero
+        g_yj = zero
+        if model == MODEL_OPENCV:
+            Dn = opencv_jacobian(k, xn, yn)  # uv's derivative, at the point itself
+            g_xd = g_xn
+            g_xn = Dn[0, 0] * g_xd + Dn[1, 0] * g_yn
+            g_yn = Dn[0, 1] * g_xd + Dn[1, 1] * g_yn
+            P = mat23(iz, zero, -xj * iz, zero, iz, -yj * iz)
+            g_xj, g_yj = opencv_jacobian_vjp(k, xj, yj, g_P * wp.transpose(P))  # dL/dD = F^T g_J P^T
+            g_P = wp.transpose(opencv_jacobian(k, xj, yj)) * g_P  # dL/dP = D^T F^T g_J
+        g_iz = g_P[0, 0] + g_P[1, 1] - g_P[0, 2] * xj - g_P[1, 2] * yj
+        g_xj -= g_P[0, 2] * iz
+        g_yj -= g_P[1, 2] * iz
+        # Warp's clamp passes its gradient on [lo, hi): a clamped coordinate carries none
+        if xn >= x_lo and xn < x_hi:
+            g_xn += g_xj
+        if yn >= y_lo and yn < y_hi:
+            g_yn += g_yj
+        g_iz += g_xn * p[0] + g_yn * p[1]
+        g_z = zero
+        if z_moves:
+            g_z = -g_iz * iz * iz
+        return vec3(g_xn * iz, g_yn * iz, g_z)
+
+    @wp.func(module=module)
+    def radial_angle_vjp(model: int, k: vec16, p: vec3, g_uv: vec2, g_J: mat23):
+        """Gradient in p of <g_uv, uv(p)> + <g_J, J(p)> for the fisheye and f-theta models, through
+        every intermediate of ``project_radial_angle``: uv = F s (x, y) + c with s = f(theta) / r,
+        r = |(x, y)|, theta = atan2(r, z), and J built from s, ds/dr, ds/dz and (x, y) / r. J holds
+        f'(theta), so its gradient needs f''(theta)."""
+        x = p[0]
+        y = p[1]
+        z = p[2]
+        r = wp.sqrt(x * x + y * y)
+        theta = wp.atan2(r, z)
+        f = zero
+        df = zero
+        d2f = zero
+        if model == MODEL_OPENCV_FISHEYE:
+            t2 = theta * theta
+            f = theta * (one + t2 * (k[4] + t2 * (k[5] + t2 * (k[6] + t2 * k[7]))))
+            df = one + t2 * (float_t(3.0) * k[4] + t2 * (float_t(5.0) * k[5]
+                                                      + t2 * (float_t(7.0) * k[6] + t2 * float_t(9.0) * k[7])))
+            d2f = theta * (float_t(6.0) * k[4] + t2 * (float_t(20.0) * k[5]
+                                                     + t2 * (float_t(42.0) * k[6] + t2 * float_t(72.0) * k[7])))
+        else:
+            f = k[4] + theta * (k[5] + theta * (k[6] + theta * (k[7] + theta * (k[8] + theta * k[9]))))
+            df = k[5] + theta * (two * k[6] + theta * (float_t(3.0) * k[7]
+                                                     + theta * (float_t(4.0) * k[8] + theta * float_t(5.0) * k[9])))
+            d2f = two * k[6] + theta * (float_t(6.0) * k[7] + theta * (float_t(12.0) * k[8]
+                                                                       + theta * float_t(20.0) * k[9]))
+        fx = k[0]
+        fy = k[1]
+        rr = r * r + z * z
+        main = r > float_t(1e-9) * wp.abs(z) + float_t(1e-20)  # the forward's branch
+        s = zero
+        ds_dr = zero
+        ds_dz = zero
+        if main:
+            s = f / r
+            ds_dr = (df * z / rr * r - f) / (r * r)
+            ds_dz = df * (-r / rr) / r
+        else:
+            s = df / z
+            ds_dz = -df / (z * z)
+        dxr = zero
+        dyr = zero
+        if r > zero:
+            dxr = x / r
+            dyr = y / r
+        # J = [[fx (s + x ds_dr dxr), fx x ds_dr dyr, fx x ds_dz], [fy y ds_dr dxr, fy (s + y ds_dr dyr), fy y ds_dz]]
+        G = g_J
+        e_x = fx * G[0, 0] * x + fy * G[1, 0] * y  # what multiplies ds_dr dxr
+        e_y = fx * G[0, 1] * x + fy * G[1, 1] * y  # ... ds_dr dyr
+        g_s = fx * (G[0, 0] + g_uv[0] * x) + fy * (G[1, 1] + g_uv[1] * y)
+        g_dsdr = e_x * dxr + e_y * dyr
+        g_dsdz = fx * G[0, 2] * x + fy * G[1, 2] * y
+        g_x = fx * (ds_dr * (G[0, 0] * dxr + G[0, 1] * dyr) + G[0, 2] * ds_dz + g_uv[0] * s)
+        g_y = fy * (ds_dr * (G[1, 0] * dxr + G[1, 1] * dyr) + G[1, 2] * ds_dz + g_uv[1] * s)
+        g_r = zero
+        g_z = zero
+        g_f = zero
+        g_df = zero
+        g_rr = zero
+        if r > zero:  # dxr = x / r, dyr = y / r
+            g_dxr = e_x * ds_dr
+            g_dyr = e_y * ds_dr
+            g_x += g_dxr / r
+            g_y += g_dyr / r
+            g_r -= (g_dxr * dxr + g_dyr * dyr) / r
+        if main:
+            g_f += g_s / r  # s = f / r
+            g_r -= g_s * s / r
+            # ds_dr = n / r^2 with n = df z r / rr - f
+            g_n = g_dsdr / (r * r)
+            g_r += g_n * df * z / rr - two * g_dsdr * ds_dr / r
+            g_df += g_n * z * r / rr
+            g_z += g_n * df * r / rr
+            g_rr -= g_n * df * z * r / (rr * rr)
+            g_f -= g_n
+            # ds_dz = df (-r / rr) / r: the r's cancel
+            g_df -= g_dsdz / rr
+            g_rr += g_dsdz * df / (rr * rr)
+        else:  # s = df / z, ds_dz = -df / z^2
+            g_df += g_s / z - g_dsdz / (z * z)
+            g_z += -g_s * s / z + two * g_dsdz * df / (z * z * z)
+        g_r += two * r * g_rr
+        g_z += two * z * g_rr
+        g_theta = g_f * df + g_df * d2f
+        g_r += g_theta * z / rr  # theta = atan2(r, z)
+        g_z -= g_theta * r / rr
+        if r > zero:
+            g_x += g_r * x / r
+            g_y += g_r * y / r
+        return vec3(g_x, g_y, g_z)
+
+    @wp.func(module=module)
+    def project_point_vjp(model: int, k: vec16, p: vec3, near: float_t, width: int, height: int, g_uv: vec2,
+                          g_J: mat23):
+        """Gradient in p of <g_uv, uv(p)> + <g_J, J(p)> of ``project_point``."""
+        if model == MODEL_PINHOLE or model == MODEL_OPENCV:
+            return perspective_vjp(model, k, p, near, width, height, g_uv, g_J)
+        return radial_angle_vjp(model, k, p, g_uv, g_J)
+
+    @wp.func(module=module)
+    def line_fraction_grad(shutter: int, uv: vec2, width: int, height: int):
+        """d line_fraction / d uv: zero where the clamp holds the fraction (outside [0, 1), as
+        Warp's clamp adjoint)."""
+        rows = float_t(wp.max(height - 1, 1))
+        cols = float_t(wp.max(width - 1, 1))
+        frac = zero
+        d = vec2()
+        if shutter == SHUTTER_TOP_TO_BOTTOM:
+            frac = uv[1] / rows
+            d = vec2(zero, one / rows)
+        elif shutter == SHUTTER_BOTTOM_TO_TOP:
+            frac = one - uv[1] / rows
+            d = vec2(zero, -one / rows)
+        elif shutter == SHUTTER_LEFT_TO_RIGHT:
+            frac = uv[0] / cols
+            d = vec2(one / cols, zero)
+        elif shutter == SHUTTER_RIGHT_TO_LEFT:
+            frac = one - uv[0] / cols
+            d = vec2(-one / cols, zero)
+        if frac < zero or frac >= one:
+            d = vec2()
+        return d
+
+    @wp.kernel(module=module)
+    def project_gaussians_backward(
+        means: wp.array(dtype=vec3),  # [N] the forward's inputs, as there
+        quats: wp.array(dtype=vec4),  # [N] (w, x, y, z), any norm
+        scales: wp.array(dtype=vec3),  # [N]
+        cam_q0: wp.array(dtype=vec4),  # [C]
+        cam_t0: wp.array(dtype=vec3),  # [C]
+        cam_q1: wp.array(dtype=vec4),  # [C]
+        cam_t1: wp.array(dtype=vec3),  # [C]
+        cam_model: wp.array(dtype=int),  # [C]
+        cam_params: wp.array(dtype=vec16),  # [C]
+        cam_shutter: wp.array(dtype=int),  # [C]
+        width: int,
+        height: int,
+        near: float_t,
+        radii: wp.array2d(dtype=wp.int32),  # [C, N] from the forward: 0 = culled
+        g_means2d: wp.array2d(dtype=vec2),  # [C, N] dL/d outputs of the forward
+        g_conics: wp.array2d(dtype=vec3),
+        g_depths: wp.array2d(dtype=float_t),
+        g_dirs: wp.array2d(dtype=vec3),
+        # outputs [N], written (not accumulated)
+        g_means: wp.array(dtype=vec3),
+        g_quats: wp.array(dtype=vec4),
+        g_scales: wp.array(dtype=vec3),
+    ):
+        i = wp.tid()
+        m = means[i]
+        qv = quats[i]
+        s = scales[i]
+        qn = wp.length(qv)
+        q = qv / qn
+        Rg = rotation_wxyz(q)
+        M = Rg * wp.diag(s)
+        cov3 = M * wp.transpose(M)
+        gm = vec3()
+        gcov3 = mat33()
+        half = float_t(0.5)
+        for c in range(radii.shape[0]):
+            if radii[c, i] == 0:
+                continue
+            model = cam_model[c]
+            k = cam_params[c]
+            shutter = cam_shutter[c]
+            q0 = to_quat(cam_q0[c])
+            t0 = cam_t0[c]
+            q1 = to_quat(cam_q1[c])
+            t1 = cam_t1[c]
+            # the forward's pose: mid-readout, then (rolling) at the line time of the projection with it
+            Rm, tm = pose_at(q0, t0, q1, t1, half)
+            R = Rm
+            t = tm
+            a = half
+            p0 = vec3()
+            da_duv = vec2()
+            if shutter != SHUTTER_GLOBAL:
+                p0 = Rm * m + tm
+                uv0, J0, ok0 = project_point(model, k, p0, near, width, height)
+                a = line_fraction(shutter, uv0, width, height)
+                da_duv = line_fraction_grad(shutter, uv0, width, height)
+                R, t = pose_at(q0, t0, q1, t1, a)
+            p = R * m + t
+            uv, J, ok = project_point(model, k, p, near, width, height)
+            radial = model == MODEL_OPENCV_FISHEYE or model == MODEL_FTHETA
+            A = J * R
+            cov2 = A * cov3 * wp.transpose(A)
+            a2 = cov2[0, 0] + float_t(EPS_2D)
+            b2 = cov2[0, 1]
+            c2 = cov2[1, 1] + float_t(EPS_2D)
+            inv = one / (a2 * c2 - b2 * b2)
+            conic = mat22(c2 * inv, -b2 * inv, -b2 * inv, a2 * inv)
+            gq = g_conics[c, i]
+            G = mat22(gq[0], half * gq[1], half * gq[1], gq[2])
+            H = -(conic * G * conic)  # dL/dcov2
+            gcov3 += wp.transpose(A) * H * A
+            gA = two * H * A * cov3
+            g_p = project_point_vjp(model, k, p, near, width, height, g_means2d[c, i], gA * wp.transpose(R))
+            if radial:
+                g_p += p * (g_depths[c, i] / wp.length(p))
+            else:
+                g_p[2] += g_depths[c, i]
+            gm += wp.transpose(R) * g_p
+            # the view direction from the camera centre -R^T t
+            d = m + wp.transpose(R) * t
+            dl = wp.length(d)
+            u = d / dl
+            gd = g_dirs[c, i]
+            g_d = (gd - u * wp.dot(u, gd)) / dl
+            gm += g_d
+            if da_duv[0] != zero or da_duv[1] != zero:
+                # through the line time: (R, t) = pose_at(a), a = line_fraction(uv(p0))
+                g_R = wp.transpose(J) * gA + wp.outer(g_p, m) + wp.outer(t, g_d)
+                g_t = g_p + R * g_d
+                qa, dqa = pose_rate(q0, q1, a)
+                g_a = wp.dot(rotation_wxyz_vjp(qa, g_R), dqa) + wp.dot(g_t, t1 - t0)
+                g_p0 = project_point_vjp(model, k, p0, near, width, height, da_duv * g_a, mat23())
+                gm += wp.transpose(Rm) * g_p0
+        gM = (gcov3 + wp.transpose(gcov3)) * M
+        gRg = mat33(gM[0, 0] * s[0], gM[0, 1] * s[1], gM[0, 2] * s[2],
+                    gM[1, 0] * s[0], gM[1, 1] * s[1], gM[1, 2] * s[2],
+                    gM[2, 0] * s[0], gM[2, 1] * s[1], gM[2, 2] * s[2])
+        gs = vec3(gM[0, 0] * Rg[0, 0] + gM[1, 0] * Rg[1, 0] + gM[2, 0] * Rg[2, 0],
+                  gM[0, 1] * Rg[0, 1] + gM[1, 1] * Rg[1, 1] + gM[2, 1] * Rg[2, 1],
+                  gM[0, 2] * Rg[0, 2] + gM[1, 2] * Rg[1, 2] + gM[2, 2] * Rg[2, 2])
+        gq_unit = rotation_wxyz_vjp(q, gRg)
+        g_means[i] = gm
+        g_quats[i] = (gq_unit - q * wp.dot(q, gq_unit)) / qn
+        g_scales[i] = gs
+
+    return project_gaussians_backward
+
+
 def make_camera_poses_kernel(float_t):
     """``camera_poses``: the batch's pose quaternions and translations from T_camera_world
     matrices, one thread per camera, in one launch (``nurec_usd.ops.graphed`` runs it
@@ -585,5 +950,7 @@ sh_colors_f32 = make_sh_kernel(wp.float32)
 sh_colors_f64 = make_sh_kernel(wp.float64)
 project_pinhole_backward_f32 = make_pinhole_backward_kernel(wp.float32)
 project_pinhole_backward_f64 = make_pinhole_backward_kernel(wp.float64)
+project_gaussians_backward_f32 = make_projection_backward_kernel(wp.float32)
+project_gaussians_backward_f64 = make_projection_backward_kernel(wp.float64)
 camera_poses_f32 = make_camera_poses_kernel(wp.float32)
 camera_poses_f64 = make_camera_poses_kernel(wp.float64)

@@ -3,9 +3,9 @@
 ``render_cameras`` projects (``warp_kernels.camera_project``), bins and sorts
 (``warp_kernels.tile_binning`` + Warp's radix sort) and composites
 (``warp_kernels.camera_raster``) a batch of cameras of one resolution in one pass, and is
-differentiable: the rasterizer's backward is hand-written, the projection's is Warp's
-generated adjoint. ``nurec_usd.ops.reference.render_cameras_reference`` is its slow
-pure-torch twin.
+differentiable: the rasterizer's and the projection's backwards are hand-written (Warp's
+generated adjoint of the projection stays as their oracle: ``projection_backward``).
+``nurec_usd.ops.reference.render_cameras_reference`` is its slow pure-torch twin.
 """
 
 from __future__ import annotations
@@ -189,6 +189,53 @@ def _camera_inputs(means, quats, scales, opacities, cams: CameraBatch, settings:
             cams.model, cams.params, cams.shutter, cams.width, cams.height, float(settings.near), float(settings.far)]
 
 
+# Warp's generated adjoint of the projection kernel, not the hand-written backward, for batches that
+# are not all pinhole with a global shutter: the oracle that tests/ops/test_projection_backward.py
+# and benchmarks/projection_backward.py compare the hand-written one with.
+GENERATED_PROJECTION_ADJOINT = False
+
+
+def projection_backward(means, quats, scales, opacities, cams: CameraBatch, settings: RenderSettings,
+                        radii: torch.Tensor, g_means2d: torch.Tensor, g_conics: torch.Tensor, g_depths: torch.Tensor,
+                        g_dirs: torch.Tensor, generated: bool | None = None):
+    """dL/d(means, quats, scales) of the projection (the forward's inputs and radii [C, N]) from the
+    gradients of its outputs [C, N, (k)]; culled pairs carry none. All-pinhole global-shutter batches
+    take their hand-written kernel, every other batch the general hand-written one, or Warp's
+    generated adjoint with ``generated`` (default: ``GENERATED_PROJECTION_ADJOINT``). The cameras get
+    no gradient, nor do the opacities (they only set a splat's extent, piecewise constant)."""
+    dtype, device = means.dtype, means.device
+    c, n = len(cams), means.shape[0]
+    w, h = cams.width, cams.height
+    f32 = dtype == torch.float32
+    wdev = warp_device(device)
+    if generated is None:
+        generated = GENERATED_PROJECTION_ADJOINT
+    if cams.pinhole_global or not generated:  # the hand-written kernels write every Gaussian's gradient
+        g_means, g_quats, g_scales = torch.empty_like(means), torch.empty_like(quats), torch.empty_like(scales)
+    if cams.pinhole_global:
+        launch(kproj.project_pinhole_backward_f32 if f32 else kproj.project_pinhole_backward_f64, n,
+               [means, quats, scales, cams.rot_start, cams.trans_start, cams.params, w, h, radii, g_means2d,
+                g_conics, g_depths, g_dirs], [g_means, g_quats, g_scales], device=wdev)
+    elif not generated:
+        launch(kproj.project_gaussians_backward_f32 if f32 else kproj.project_gaussians_backward_f64, n,
+               [means, quats, scales, cams.rot_start, cams.trans_start, cams.rot_end, cams.trans_end, cams.model,
+                cams.params, cams.shutter, w, h, float(settings.near), radii, g_means2d, g_conics, g_depths, g_dirs],
+               [g_means, g_quats, g_scales], device=wdev)
+    else:
+        # Warp's adjoint of the projection kernel adds into zeros; it replays the forward into
+        # scratch outputs (never read). The opacities' adjoint is discarded.
+        g_means, g_quats, g_scales = torch.zeros_like(means), torch.zeros_like(quats), torch.zeros_like(scales)
+        s_means2d, s_conics, s_depths, s_dirs, s_opacities2d, d_opacities, d_opacities2d = _split(
+            torch.empty, [(c, n, 2), (c, n, 3), (c, n), (c, n, 3), (c, n), (n,), (c, n)], dtype, device)
+        adj_inputs = [g_means, g_quats, g_scales, d_opacities.zero_(), None, None, None, None, None, None,
+                      None, 0, 0, 0.0, 0.0]
+        adj_outputs = [g_means2d, g_conics, g_depths, None, g_dirs, d_opacities2d.zero_()]
+        launch(_kernels(dtype)[0], (c, n), _camera_inputs(means, quats, scales, opacities, cams, settings),
+               [s_means2d, s_conics, s_depths, torch.empty_like(radii), s_dirs, s_opacities2d],
+               adj_inputs=adj_inputs, adj_outputs=adj_outputs, adjoint=True, device=wdev)
+    return g_means, g_quats, g_scales
+
+
 class _RenderCameras(torch.autograd.Function):
     @staticmethod
     def forward(ctx, means, quats, scales, opacities, sh, background, cams: CameraBatch, sh_degree: int,
@@ -264,7 +311,7 @@ class _RenderCameras(torch.autograd.Function):
          values, alpha, last, dirs) = ctx.saved_tensors
         cams = ctx.cams
         dtype, device = means.dtype, means.device
-        project, sh_kernel, _, _, _, (raster_bwd, raster_bwd_nodepth) = _kernels(dtype, cams.pinhole_global)
+        _, sh_kernel, _, _, _, (raster_bwd, raster_bwd_nodepth) = _kernels(dtype, cams.pinhole_global)
         c, n = len(cams), means.shape[0]
         w, h = cams.width, cams.height
         tiles_x, tiles_y = ctx.tiles
@@ -284,9 +331,6 @@ class _RenderCameras(torch.autograd.Function):
         g_means2d, g_conics, g_colors, g_depths, g_opacities2d = _carve(
             g_raster, [(c, n, 2), (c, n, 3), (c, n, 3), (c, n), (c, n)])
         g_dirs = g_dirs.view(c, n, 3)
-        # the hand-written pinhole backward writes every Gaussian's gradient; Warp's adjoint adds to them
-        make = torch.empty_like if cams.pinhole_global else torch.zeros_like
-        g_means, g_quats, g_scales = make(means), make(quats), make(scales)
         g_sh = torch.zeros_like(sh)
         wdev = warp_device(device)
         launch(raster_bwd, [c * tiles_x * tiles_y],
@@ -298,23 +342,8 @@ class _RenderCameras(torch.autograd.Function):
         else:  # colours: Warp's adjoint of sh_colors (it replays the forward into a scratch output)
             launch(sh_kernel, (c, n), [sh, int(ctx.sh_degree), dirs, radii], [torch.empty_like(g_colors)],
                    adj_inputs=[g_sh, 0, g_dirs, None], adj_outputs=[g_colors], adjoint=True, device=wdev)
-        if cams.pinhole_global:  # the hand-written projection backward
-            launch(kproj.project_pinhole_backward_f32 if dtype == torch.float32 else
-                   kproj.project_pinhole_backward_f64, n,
-                   [means, quats, scales, cams.rot_start, cams.trans_start, cams.params, w, h, radii, g_means2d,
-                    g_conics, g_depths, g_dirs], [g_means, g_quats, g_scales], device=wdev)
-        else:
-            # Warp's adjoint of the projection kernel, fed the raster's and the colours' gradients;
-            # it replays the forward into scratch outputs (never read). The opacities only set the
-            # splat's extent (piecewise constant), so their adjoint is discarded.
-            s_means2d, s_conics, s_depths, s_dirs, s_opacities2d, d_opacities, d_opacities2d = _split(
-                torch.empty, [(c, n, 2), (c, n, 3), (c, n), (c, n, 3), (c, n), (n,), (c, n)], dtype, device)
-            adj_inputs = [g_means, g_quats, g_scales, d_opacities.zero_(), None, None, None, None, None, None,
-                          None, 0, 0, 0.0, 0.0]
-            adj_outputs = [g_means2d, g_conics, g_depths, None, g_dirs, d_opacities2d.zero_()]
-            launch(project, (c, n), _camera_inputs(means, quats, scales, opacities, cams, ctx.settings),
-                   [s_means2d, s_conics, s_depths, torch.empty_like(radii), s_dirs, s_opacities2d],
-                   adj_inputs=adj_inputs, adj_outputs=adj_outputs, adjoint=True, device=wdev)
+        g_means, g_quats, g_scales = projection_backward(means, quats, scales, opacities, cams, ctx.settings, radii,
+                                                         g_means2d, g_conics, g_depths, g_dirs)
         grad_background = None  # a training step's background is a constant: no image-sized sum for it
         if ctx.needs_input_grad[5]:
             grad_background = (grad_rgb * (1.0 - alpha)[..., None]).sum(dim=(1, 2))

@@ -31,10 +31,11 @@ BUILD_MODULES = ("camera_project", "interpolate", "lidar_project", "camera_raste
                  "tile_binning", "point_neighbors", "lidar_binning", "ssim", "sky", "adam", "perturb")
 # Float32 kernels that compile in Warp modules of their own, defined by the modules above: the
 # lidar projection's backward (static Gaussians, and the variant for moving actors'), the lidar's
-# ray masks (fast_math), and the pinhole projection (batches of pinhole cameras with a global
-# shutter) with its backward. (camera_project_poses serves the graphed renderer only.)
+# ray masks (fast_math), the pinhole projection (batches of pinhole cameras with a global
+# shutter) with its backward, and the camera projection's backward (every other batch).
+# (camera_project_poses serves the graphed renderer only.)
 BUILD_VARIANTS = ("lidar_project_backward", "lidar_project_backward_moving", "lidar_binning_masks",
-                  "camera_project_pinhole")
+                  "camera_project_pinhole", "camera_project_backward")
 
 
 class KernelWarmup:

@@ -10,7 +10,7 @@ import warp as wp
 import warp._src.context as _warp_context
 
 # Warp's kernel-argument descriptor is not exported; warp-lang is pinned to 1.19.x, and
-# tests/render/test_warp_args.py checks the launcher's against the descriptor of a wp.array.
+# tests/ops/test_warp_args.py checks the launcher's against the descriptor of a wp.array.
 from warp._src.types import array_t as _array_t
 
 from nurec_usd.ops.warp_init import init_warp  # noqa: F401 (re-exported: callers import it from here)
@@ -57,7 +57,7 @@ _NULL_ARRAY = _array_t()
 
 
 # Warp's native launcher, called with the recorded launch's own values (``_Command.queue``).
-# warp-lang is pinned to 1.19.x; tests/render/test_warp_args.py checks its signature.
+# warp-lang is pinned to 1.19.x; tests/ops/test_warp_args.py checks its signature.
 _NATIVE_LAUNCH_ARGS = 11
 
 

@@ -386,8 +386,9 @@ def test_intersection_capacity_grows_without_losing_a_step():
 
 
 @pytest.mark.parametrize("module_name", ["camera_project", "tile_binning", "camera_raster", "camera_project_pinhole",
-                                         "camera_project_poses", "camera_project_f64", "tile_binning_f64",
-                                         "camera_raster_f64", "camera_project_pinhole_f64", "camera_project_poses_f64"])
+                                         "camera_project_poses", "camera_project_backward", "camera_project_f64",
+                                         "tile_binning_f64", "camera_raster_f64", "camera_project_pinhole_f64",
+                                         "camera_project_poses_f64", "camera_project_backward_f64"])
 def test_cuda_code_generation(module_name, tmp_path):
     """The CUDA build of each camera module compiles (NVRTC, sm_90) on a machine without a GPU:
     CUDA-only code (warp shuffles, fast math) is checked in CI, not first on the device. The
@@ -399,7 +400,7 @@ def test_cuda_code_generation(module_name, tmp_path):
     from nurec_usd.ops.warp_torch import init_warp
 
     init_warp()
-    base = module_name.removesuffix("_f64").removesuffix("_pinhole").removesuffix("_poses")
+    base = module_name.removesuffix("_f64").removesuffix("_pinhole").removesuffix("_poses").removesuffix("_backward")
     importlib.import_module(f"warp_kernels.{base}")
     module = f"warp_kernels.{module_name}"
     assert wp.get_module(module).kernels, f"{module} holds no kernels"

@@ -63,7 +63,8 @@ def test_the_renderers_float32_kernels_are_all_warmed():
     from warp_kernels import camera_project
 
     warmed = {f"warp_kernels.{name}" for name in BUILD_MODULES + BUILD_VARIANTS}
-    kernels = list(lidar._kernels(torch.float32).values()) + [camera_project.project_pinhole_backward_f32]
+    kernels = list(lidar._kernels(torch.float32).values()) + [camera_project.project_pinhole_backward_f32,
+                                                               camera_project.project_gaussians_backward_f32]
     for pinhole in (False, True):
         for entry in camera._kernels(torch.float32, pinhole):
             kernels += list(entry) if isinstance(entry, tuple) else [entry]
