@@ -515,3 +515,18 @@ def test_unique_rows_indexes_every_row_exactly(columns):
     assert len({row.tobytes() for row in as_rows}) == len(uniq)
     assert len(uniq) == len(np.unique(values.reshape(5000, -1).view(np.uint32), axis=0))
     assert unique_rows(np.zeros((0, 3), np.float32))[0].shape == (0, 3)
+
+
+@pytest.mark.parametrize("columns", [1, 3])
+def test_unique_rows_stays_exact_when_distinct_rows_share_a_key(columns, monkeypatch):
+    """Rows are grouped by one key per row; distinct rows with one key (forced here: a key of a
+    few values) are ordered column by column instead, and the result is exact all the same."""
+    from nurec_usd.export import usd_layers
+
+    rng = np.random.default_rng(6)
+    palette = rng.standard_normal((29, columns)).astype(np.float32)
+    values = palette[rng.integers(0, 29, 3000)]
+    monkeypatch.setattr(usd_layers, "row_keys", lambda bits: bits[:, 0] % np.uint32(3))
+    uniq, inverse = usd_layers.unique_rows(values)
+    assert np.array_equal(uniq[inverse].view(np.uint32), values.view(np.uint32))
+    assert len(uniq) == len(np.unique(values.view(np.uint32), axis=0)) == 29
