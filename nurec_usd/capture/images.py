@@ -16,12 +16,62 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 _JPEG_SUFFIXES = (".jpg", ".jpeg")
 
 
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# JPEG frame headers (SOF0-3, 5-7, 9-11, 13-15) hold the size; markers without a length field
+_JPEG_FRAMES = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF))
+_JPEG_BARE = frozenset((0x01, 0xD0, 0xD1, 0xD2, 0xD3, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8))
+
+
+def _jpeg_size(f) -> tuple[int, int] | None:
+    """(width, height) from a JPEG's frame header, walking the segments before it (None when the
+    stream is not laid out as expected)."""
+    if f.read(2) != b"\xff\xd8":
+        return None
+    while True:
+        if f.read(1) != b"\xff":
+            return None
+        marker = f.read(1)
+        while marker == b"\xff":  # fill bytes
+            marker = f.read(1)
+        if not marker or marker[0] in (0xD9, 0xDA):  # the end, or the scan, before any frame header
+            return None
+        if marker[0] in _JPEG_BARE:
+            continue
+        length = int.from_bytes(f.read(2), "big")
+        if length < 2:
+            return None
+        if marker[0] in _JPEG_FRAMES:
+            head = f.read(5)  # precision, height, width
+            h, w = int.from_bytes(head[1:3], "big"), int.from_bytes(head[3:5], "big")
+            return (w, h) if len(head) == 5 and w > 0 and h > 0 else None
+        f.seek(length - 2, 1)
+
+
+def _header_size(path: Path) -> tuple[int, int] | None:
+    """(width, height) of a PNG or JPEG from its first bytes; None for anything else."""
+    with open(path, "rb") as f:
+        head = f.read(24)
+        if head[:8] == _PNG_SIGNATURE and head[12:16] == b"IHDR":
+            w, h = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+            return (w, h) if w > 0 and h > 0 else None
+        if head[:2] == b"\xff\xd8":
+            f.seek(0)
+            return _jpeg_size(f)
+    return None
+
+
 def image_size(path: Path) -> tuple[int, int]:
     """(width, height) from the file header, without decoding the pixels.
 
-    Raises ``ValueError`` when the file is not a readable image.
+    PNG and JPEG headers are read here (a capture's thousands of frames are checked before
+    anything loads: PIL's opening of each took most of that time); other files, and headers
+    not laid out as expected, go through PIL. Raises ``ValueError`` when the file is not a
+    readable image.
     """
     try:
+        size = _header_size(path)
+        if size is not None:
+            return size
         with Image.open(path) as im:
             return im.size
     except (UnidentifiedImageError, OSError) as exc:

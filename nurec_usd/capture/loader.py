@@ -31,7 +31,7 @@ from nurec_usd.capture.model import (
     RollingShutter,
     Track,
 )
-from nurec_usd.capture.paths import resolve_inside
+from nurec_usd.capture.paths import RealFolders, resolve_inside
 from nurec_usd.capture.sweep_io import SWEEP_SUFFIXES, SweepFormatError, read_nrl_header, read_sweep, sweep_problems
 from nurec_usd.util.prefetch import default_workers
 
@@ -157,22 +157,23 @@ def _build(root: Path, m: dict[str, Any], found: _Problems, check_image_sizes: b
            missing: MissingFiles) -> Capture:
     # The files' checks (thousands of stats and header reads) run in threads; their problems are
     # reported in document order all the same.
+    # The frames' few folders are resolved once each (``RealFolders``), not once per file.
     with ThreadPoolExecutor(max_workers=default_workers(), thread_name_prefix="check") as pool:
-        return _build_checked(root, m, found, check_image_sizes, pool, missing)
+        return _build_checked(root, m, found, check_image_sizes, pool, missing, RealFolders())
 
 
-def _left_out(root: Path, rel: str, missing: MissingFiles) -> bool:
+def _left_out(root: Path, rel: str, missing: MissingFiles, folders: RealFolders) -> bool:
     """Whether a frame or sweep is skipped: its file is missing and ``skip_missing`` is on."""
     if not missing.skip:
         return False
     try:
-        return is_missing(resolve_inside(root, rel))
+        return is_missing(resolve_inside(root, rel, folders))
     except ValueError:
         return False  # a path outside the capture is a problem, never "missing"
 
 
 def _build_checked(root: Path, m: dict[str, Any], found: _Problems, check_image_sizes: bool,
-                   pool: ThreadPoolExecutor, missing: MissingFiles) -> Capture:
+                   pool: ThreadPoolExecutor, missing: MissingFiles, folders: RealFolders) -> Capture:
     rig_ts = _timestamps(m["rig"]["timestamps_us"], "rig.timestamps_us", found)
     rig_T = _poses(m["rig"]["T_world_rig"], "rig.T_world_rig", found)
     if len(rig_T) != len(rig_ts):
@@ -205,10 +206,10 @@ def _build_checked(root: Path, m: dict[str, Any], found: _Problems, check_image_
         def frame_files(fi: int, f: dict[str, Any], c: dict[str, Any] = c, base: str = base):
             # a frame's files: present, inside the capture, and (from the headers) of the camera's size
             fb, local = f"{base}.frames[{fi}]", _Problems()
-            if _left_out(root, f["image"], missing):
+            if _left_out(root, f["image"], missing, folders):
                 return None, None, None
-            image = _file(root, f["image"], f"{fb}.image", IMAGE_SUFFIXES, local, counts_missing=True)
-            mask = _file(root, f["mask"], f"{fb}.mask", (".png",), local) if "mask" in f else None
+            image = _file(root, f["image"], f"{fb}.image", IMAGE_SUFFIXES, local, folders, counts_missing=True)
+            mask = _file(root, f["mask"], f"{fb}.mask", (".png",), local, folders) if "mask" in f else None
             if check_image_sizes:
                 for p, rel, field in ((image, f["image"], "image"), (mask, f.get("mask"), "mask")):
                     if p is not None:
@@ -251,10 +252,11 @@ def _build_checked(root: Path, m: dict[str, Any], found: _Problems, check_image_
                            f"min_range_m {spec['min_range_m']} must be below max_range_m {spec['max_range_m']}")
         _timestamps([s["timestamp_us"] for s in spec["sweeps"]], f"{base}.sweeps[*].timestamp_us", found, allow_empty=True)
         def sweep_file(si: int, s: dict[str, Any], base: str = base):
-            if _left_out(root, s["file"], missing):
+            if _left_out(root, s["file"], missing, folders):
                 return None, None
             local = _Problems()
-            p = _file(root, s["file"], f"{base}.sweeps[{si}].file", SWEEP_SUFFIXES, local, counts_missing=True)
+            p = _file(root, s["file"], f"{base}.sweeps[{si}].file", SWEEP_SUFFIXES, local, folders,
+                      counts_missing=True)
             if p is not None and p.suffix.lower() == ".nrl":
                 _check_nrl_header(p, s["file"], s["timestamp_us"], local)
             elif p is not None:
@@ -396,11 +398,11 @@ def intrinsics_problems(model: str, width: int, height: int, intr: dict[str, Any
     return out
 
 
-def _file(root: Path, rel: str, field: str, suffixes: tuple[str, ...], found: _Problems,
+def _file(root: Path, rel: str, field: str, suffixes: tuple[str, ...], found: _Problems, folders: RealFolders,
           counts_missing: bool = False) -> Path | None:
     # counts_missing: an image or sweep (what skip_missing leaves out), not a mask
     try:
-        path = resolve_inside(root, rel)
+        path = resolve_inside(root, rel, folders)
     except ValueError as exc:
         found.manifest(field, str(exc))
         return None

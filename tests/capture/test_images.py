@@ -96,3 +96,41 @@ def test_missing_file_names_it(tmp_path: Path) -> None:
     path = tmp_path / "gone.jpg"
     with pytest.raises(ValueError, match="gone.jpg: cannot decode image"):
         read_rgb_into(path, np.zeros((48, 64, 3), np.uint8))
+
+
+@pytest.mark.parametrize("name,mode,kwargs", [
+    ("baseline.jpg", "RGB", {"quality": 95}),
+    ("progressive.jpg", "RGB", {"quality": 90, "progressive": True}),
+    ("with_exif.jpg", "RGB", {"exif": b"Exif\x00\x00" + bytes(30000)}),  # a long segment before the frame header
+    ("cmyk.jpg", "CMYK", {"quality": 90}),
+    ("plain.png", "RGB", {}),
+    ("grey16.png", "I;16", {}),
+])
+def test_header_sizes_are_pils(tmp_path, name, mode, kwargs):
+    """PNG and JPEG sizes are read from the headers without PIL (``_header_size``), and agree with it."""
+    path = _save(tmp_path / name, mode, **kwargs) if mode != "I;16" else tmp_path / name
+    if mode == "I;16":
+        Image.fromarray((_picture()[..., 0].astype(np.uint16) * 257)).save(path)
+    with Image.open(path) as im:
+        want = im.size
+    assert want == (64, 48)
+    assert images._header_size(path) == want
+    assert images.image_size(path) == want
+
+
+def test_header_size_leaves_other_files_to_pil(tmp_path):
+    """Headers not laid out as expected (a JPEG cut before its frame header, another format) go
+    through PIL: its size, or its refusal as a ValueError naming the reason."""
+    bmp = tmp_path / "x.bmp"
+    Image.fromarray(_picture()).save(bmp)
+    assert images._header_size(bmp) is None and images.image_size(bmp) == (64, 48)
+    cut = tmp_path / "cut.jpg"
+    cut.write_bytes(_save(tmp_path / "whole.jpg", "RGB").read_bytes()[:20])
+    assert images._header_size(cut) is None
+    with pytest.raises(ValueError, match="not a readable image"):
+        images.image_size(cut)
+    garbage = tmp_path / "garbage.png"
+    garbage.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(40))
+    assert images._header_size(garbage) is None
+    with pytest.raises(ValueError, match="not a readable image"):
+        images.image_size(garbage)
