@@ -32,6 +32,7 @@ import torch
 from nurec_usd.capture import ego
 from nurec_usd.capture.model import Capture
 from nurec_usd.util.options import OptionError
+from nurec_usd.util.prefetch import default_workers, prefetched
 
 MIN_TRAVEL_M = 2.0  # "auto": the rig must move this far over a camera's training frames
 
@@ -70,7 +71,11 @@ def lidar_filter(capture: Capture, box_option: str, eval_every: int,
             train = [i for i in range(len(lidar.sweeps)) if not held_out(i, eval_every, len(lidar.sweeps))]
             picks = ego.spaced_samples(_positions(capture, lidar.timestamps_us[train]))
             T = lidar.T_rig_lidar
-            sweeps = [lidar.load_sweep(train[i]).points.astype(np.float64) @ T[:3, :3].T + T[:3, 3] for i in picks]
+
+            def rig_points(i: int, lidar=lidar, T=T) -> np.ndarray:  # [N, 3] the sweep's returns, rig frame
+                return lidar.load_sweep(train[i]).points.astype(np.float64) @ T[:3, :3].T + T[:3, 3]
+
+            sweeps = list(prefetched(rig_points, picks, workers=min(8, default_workers()), depth=len(picks) or 1))
             found = ego.estimate_ego_box(sweeps, T[:2, 3])
             if found is not None:
                 boxes.append(found)
