@@ -275,21 +275,27 @@ def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: t
     n = sum(sizes)
     acc = torch.zeros(n, 3, dtype=torch.float32, device=device)
     cnt = torch.zeros(n, dtype=torch.float32, device=device)
-    trajs = [PoseTrajectory(t.times, t.T_world_box) for t in tracks]
-    for cam_id, fi in frames:
+    # every frame's rig and box poses at once, every camera's model once: per frame, the loop
+    # below only queues device work (drive30 colours from 72 frames with 13 actors)
+    times = torch.tensor([float(capture.seconds(capture.cameras[c].frames[i].timestamp_us)) for c, i in frames],
+                         dtype=torch.float64)  # [F]
+    T_world_rig = rig.at(times)  # [F, 4, 4]
+    box_poses = [PoseTrajectory(t.times, t.T_world_box).at(times) for t in tracks]  # per track [F, 4, 4]
+    models: dict[str, Any] = {}
+    for k, (cam_id, fi) in enumerate(frames):
         cam = capture.cameras[cam_id]
-        frame = cam.frames[fi]
-        t = float(capture.seconds(frame.timestamp_us))
+        t = float(times[k])
         world = [static_pts]
-        for traj, track, local in zip(trajs, tracks, actor_pts):
+        for poses, track, local in zip(box_poses, tracks, actor_pts):
             if track.times[0] <= t <= track.times[-1]:
-                world.append(transform_points(traj.at(torch.tensor([t], dtype=torch.float64))[0].to(local.device), local))
+                world.append(transform_points(poses[k].to(local.device), local))
             else:  # not there at t: push far behind every camera
                 world.append(torch.full_like(local, float("nan")))
-        T_cw = invert_transform(rig.at(torch.tensor([t], dtype=torch.float64))[0]
-                                @ torch.as_tensor(cam.T_rig_camera, dtype=torch.float64))
+        T_cw = invert_transform(T_world_rig[k] @ torch.as_tensor(cam.T_rig_camera, dtype=torch.float64))
         pc = transform_points(T_cw.to(device), torch.cat(world).to(device))
-        model = cam.sensor_model(dtype=torch.float64, device=device)
+        model = models.get(cam_id)
+        if model is None:
+            model = models[cam_id] = cam.sensor_model(dtype=torch.float64, device=device)
         uv, valid = model.project(pc)
         depth = pc.norm(dim=-1)
         valid = valid & torch.isfinite(depth) & (pc[:, 2] > 0.1) & torch.isfinite(uv).all(-1)
