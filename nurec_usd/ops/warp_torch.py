@@ -150,6 +150,37 @@ def _scalar_value(a: object) -> object:
     return 0 if a is None else getattr(a, "value", a)
 
 
+# False: every launch goes through Warp's public ``wp.launch`` with ``wp.from_torch`` views
+# (``launch_public``), the measure of what the recorded launches save (benchmarks/RESULTS.md,
+# "launches").
+RECORDED_LAUNCHES = True
+
+
+def _public_arg(a: object, arg) -> object:
+    """A kernel argument as ``wp.launch`` takes it: a tensor as a zero-copy Warp view of the
+    declared dtype (a 0-dim tensor as a one-element array), anything else as it is."""
+    if not isinstance(a, torch.Tensor):
+        return a
+    return wp.from_torch(a.reshape(1) if a.dim() == 0 else a, dtype=arg.type.dtype, requires_grad=False)
+
+
+def launch_public(kernel, dim, inputs: list, outputs: list = (), *, device: wp.context.Device,
+                  block_dim: int | None = None, tiled: bool = False, adjoint: bool = False, adj_inputs: list = (),
+                  adj_outputs: list = ()) -> None:
+    """``launch`` through Warp's public API alone: ``wp.launch`` (or ``wp.launch_tiled``), every
+    tensor wrapped by ``wp.from_torch`` on every call."""
+    dims = tuple(dim) if isinstance(dim, (tuple, list)) else (int(dim),)
+    if 0 in dims:
+        return
+    declared = kernel.adj.args
+    fwd = [_public_arg(a, arg) for a, arg in zip([*inputs, *outputs], declared)]
+    adj = [_public_arg(a, arg) for a, arg in zip([*adj_inputs, *adj_outputs], declared)]
+    k, n_in = len(inputs), len(adj_inputs)
+    make = wp.launch_tiled if tiled else wp.launch
+    make(kernel, dim=list(dims), inputs=fwd[:k], outputs=fwd[k:], adj_inputs=adj[:n_in], adj_outputs=adj[n_in:],
+         adjoint=adjoint, device=device, block_dim=block_dim)
+
+
 def launch(kernel, dim, inputs: list, outputs: list = (), *, device: wp.context.Device, block_dim: int | None = None,
            tiled: bool = False, adjoint: bool = False, adj_inputs: list = (), adj_outputs: list = (),
            slot: object = None) -> None:
@@ -167,6 +198,10 @@ def launch(kernel, dim, inputs: list, outputs: list = (), *, device: wp.context.
     (``warp_device``), and a tensor passed here needs to live only until this returns (torch's
     allocator reuses memory only for work queued later on the same stream).
     """
+    if not RECORDED_LAUNCHES:
+        launch_public(kernel, dim, inputs, outputs, device=device, block_dim=block_dim, tiled=tiled, adjoint=adjoint,
+                      adj_inputs=adj_inputs, adj_outputs=adj_outputs)
+        return
     dims = tuple(dim) if isinstance(dim, (tuple, list)) else (int(dim),)
     if 0 in dims:
         return

@@ -206,3 +206,27 @@ def test_native_launcher_takes_what_the_command_passes():
     # on the CPU a command keeps Warp's own launch
     launch(_square, 4, [torch.randn(4)], [torch.empty(4)], device=warp_device(torch.device("cpu")))
     assert all(cmd.native is None for key, cmd in warp_torch._commands.items() if key[0] is _square)
+
+
+def test_public_launches_render_what_the_recorded_ones_do(monkeypatch):
+    """``RECORDED_LAUNCHES = False`` routes every launch through Warp's public ``wp.launch`` with
+    ``wp.from_torch`` views (the measure of what recording saves): the camera renderer's
+    forward and backward (tiled kernels, the projection's and the colours' backward, the sort's
+    views) give the same values bit for bit, and the recorded launcher is not used."""
+    import nurec_usd.ops.warp_torch as warp_torch
+    from nurec_usd.ops.camera import render_cameras
+    from tests.ops.test_camera_render import make_cameras, make_gaussians
+
+    init_warp()
+    cams = make_cameras(torch.float32)
+    results = {}
+    for recorded in (True, False):
+        monkeypatch.setattr(warp_torch, "RECORDED_LAUNCHES", recorded)
+        warp_torch._commands.clear()
+        params = [p.clone().requires_grad_(True) for p in make_gaussians(300, torch.float32, sh_dim=4)]
+        out = render_cameras(*params, cams, sh_degree=1)
+        (out.rgb.square().sum() + out.depth.sum()).backward()
+        results[recorded] = [out.rgb.detach(), out.depth.detach()] + [p.grad for p in params]
+        assert bool(warp_torch._commands) == recorded
+    for a, b in zip(results[True], results[False]):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
