@@ -240,7 +240,7 @@ def sh_degree_note(reached: int, target: int, step_fraction: float) -> str:
 def initial_scene(capture: Capture, data: CaptureData, init: InitConfig,
                   log: Callable[[str], None] | None = None, clock: Callable[[str], Any] | None = None) -> Scene:
     """The initial scene of a loaded capture (``nurec_usd.scene.init.initialize_scene`` on its
-    training sweeps and frames only, on ``data``'s device, with the images ``data`` has decoded).
+    training sweeps and frames only, on ``data``'s device, with the images and masks ``data`` has decoded).
 
     ``log``: where one-line messages go; ``clock``: times the parts (``StageClock``).
     ValueError from the initialisation passes through.
@@ -249,12 +249,14 @@ def initial_scene(capture: Capture, data: CaptureData, init: InitConfig,
 
     sweeps = [(data.lidars[s.lidar].id, s.sweep) for s in data.train_sweeps]
     frames = [(data.cameras[f.camera].id, f.frame) for f in data.train_frames]
-    # the colouring reads full-size frames: shrunk ones are stretched back rather than decoded again
-    images = data.image_of
+    # the colouring reads full-size frames and masks (the ego's pixels colour nothing): shrunk ones
+    # are stretched back rather than decoded again
+    images, masks = data.image_of, data.mask_of
     if data.downscale != 1:
-        images = full_size_images(data.image_of, {c.id: (c.height, c.width) for c in capture.cameras.values()})
+        sizes = {c.id: (c.height, c.width) for c in capture.cameras.values()}
+        images, masks = full_size_images(images, sizes), full_size_images(masks, sizes)
     return initialize_scene(capture, sweeps, frames, init, data.device, log=log, intensity_scale=data.intensity_scale,
-                            images=images, clock=clock, sweep_points=data.sweep_points)
+                            images=images, masks=masks, clock=clock, sweep_points=data.sweep_points)
 
 
 def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_s: float | None = None,

@@ -234,14 +234,21 @@ def remove_outliers(points: torch.Tensor, std_ratio: float, *features: torch.Ten
 
 
 ImageSource = Callable[[str, int], torch.Tensor]  # (camera id, frame index) -> uint8 [H, W, 3] at full size
+# (camera id, frame index) -> bool [H, W] at full size, True where a pixel counts (not the ego
+# vehicle's), or None where all of them do
+MaskSource = Callable[[str, int], "torch.Tensor | None"]
 
 
-def full_size_images(shrunk: ImageSource, sizes: dict[str, tuple[int, int]]) -> ImageSource:
-    """The frames of ``shrunk`` (decoded at a downscale) stretched back to each camera's full
-    ``(height, width)`` in ``sizes`` by nearest neighbour: every full-size pixel takes the shrunk
-    pixel that covers it, so a downscaled build colours its points without decoding a frame twice."""
-    def image(cam_id: str, index: int) -> torch.Tensor:  # uint8 [H, W, 3]
-        small = shrunk(cam_id, index)  # uint8 [h, w, 3]
+def full_size_images(shrunk: Callable[[str, int], torch.Tensor | None],
+                     sizes: dict[str, tuple[int, int]]) -> Callable[[str, int], torch.Tensor | None]:
+    """The frames (or masks) of ``shrunk`` (decoded at a downscale) stretched back to each
+    camera's full ``(height, width)`` in ``sizes`` by nearest neighbour: every full-size pixel
+    takes the shrunk pixel that covers it, so a downscaled build colours its points without
+    decoding a frame twice. None (a frame without a mask) stays None."""
+    def image(cam_id: str, index: int) -> torch.Tensor | None:  # [H, W, ...] like the shrunk one
+        small = shrunk(cam_id, index)  # [h, w, ...]
+        if small is None:
+            return None
         h, w = sizes[cam_id]
         rows = torch.arange(h, device=small.device) * small.shape[0] // h  # [H]
         cols = torch.arange(w, device=small.device) * small.shape[1] // w  # [W]
@@ -258,11 +265,13 @@ def decoded_images(capture: Capture) -> ImageSource:
 def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: torch.Tensor,  # [Ns, 3] world
                   actor_pts: list[torch.Tensor],  # per track [n_a, 3] box frame
                   tracks: list[ActorTrack], device: torch.device,
-                  images: ImageSource | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+                  images: ImageSource | None = None,
+                  masks: MaskSource | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Mean colour of every point over the frames that see it (grey 0.5 where none does).
 
     ``images``: where the frames come from (default: decoded from the files); a build passes
-    the ones it has already decoded.
+    the ones it has already decoded. ``masks``: pixels that do not count (the ego vehicle's
+    body) colour nothing; default: every pixel counts.
 
     Visibility: points are splatted into a coarse depth buffer (cells of about 1/160 of the
     image width); a point counts for a frame when it is within 5% (+0.2 m) of its cell's
@@ -309,6 +318,9 @@ def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: t
         zbuf = torch.full((gw * gh + 1,), float("inf"), dtype=depth.dtype, device=device)
         zbuf.scatter_reduce_(0, key, torch.where(valid, depth, torch.full_like(depth, float("inf"))), reduce="amin")
         seen = valid & (depth <= zbuf[key] * 1.05 + 0.2)
+        mask = None if masks is None else masks(cam_id, fi)
+        if mask is not None:  # a point behind the ego's body takes none of the body's colour
+            seen = seen & mask.to(device)[cv, cu]
         colour = images(cam_id, fi).to(device)[cv, cu].float() / 255.0
         acc += torch.where(seen[:, None], colour, torch.zeros_like(colour))
         cnt += seen.to(cnt.dtype)
@@ -391,13 +403,15 @@ def seed_empty_actors(actor_pts: list[torch.Tensor], tracks: list[ActorTrack], c
 def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], train_frames: list[tuple[str, int]],
                      config: InitConfig, device: torch.device | str,
                      log: Callable[[str], None] | None = None, intensity_scale: float | None = None,
-                     images: ImageSource | None = None, clock: Callable[[str], Any] | None = None,
+                     images: ImageSource | None = None, masks: MaskSource | None = None,
+                     clock: Callable[[str], Any] | None = None,
                      sweep_points: Mapping[tuple[str, int], Any] | None = None) -> Scene:
     """The initial scene of a capture, built from its training sweeps and frames only.
 
     ``intensity_scale``: lidar intensities are divided by it (as the training targets are);
     None: the 99th percentile of the points used here. ``images``: the frames, already decoded
-    at full size (default: decoded from the files). ``clock``: times the parts
+    at full size (default: decoded from the files). ``masks``: pixels that colour no point (the
+    ego vehicle's; default: none). ``clock``: times the parts
     (a ``nurec_usd.util.profiling.StageClock``). ``sweep_points``: the sweeps, already read
     (``lidar_world_points``' ``loaded``; default: read from the files).
     """
@@ -437,7 +451,7 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
             + ", ".join(f"{t.id} {p.shape[0]}" for t, p in zip(tracks, actor_pts)))
         with part("colour"):
             static_rgb, actor_rgb = colour_points(capture, colour_frames, static_pts, actor_pts, tracks, device,
-                                                  images)
+                                                  images, masks)
     elif sfm is not None:
         static_pts = torch.as_tensor(np.asarray(sfm["xyz"]), dtype=torch.float64, device=device)
         static_rgb = torch.as_tensor(np.asarray(sfm["rgb"]), dtype=torch.float32, device=device) / 255.0
@@ -459,7 +473,8 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
     if not train_sweeps:  # camera-only captures: tracked actors start from points in their boxes
         actor_pts = seed_empty_actors([torch.zeros(0, 3, dtype=torch.float64, device=device) for _ in tracks],
                                       tracks)
-        _, actor_rgb = colour_points(capture, colour_frames, static_pts[:0], actor_pts, tracks, device, images)
+        _, actor_rgb = colour_points(capture, colour_frames, static_pts[:0], actor_pts, tracks, device, images,
+                                     masks)
         actor_int = [torch.full((p.shape[0],), 0.2, dtype=torch.float64, device=device) for p in actor_pts]
 
     def gaussians(p: torch.Tensor, rgb: torch.Tensor, inten: torch.Tensor, vox: float) -> GaussianParams:

@@ -535,10 +535,19 @@ class CaptureData:
     def image_of(self, camera_id: str, frame: int) -> torch.Tensor:
         """A frame's decoded image, uint8 ``[H, W, 3]``, where the images are kept (shrunk by
         ``downscale``); the signature of ``nurec_usd.scene.init.ImageSource``."""
-        index = next((i for i, cam in enumerate(self.cameras) if cam.id == camera_id), None)
-        if index is None:
+        return self._camera_named(camera_id).images[frame]
+
+    def _camera_named(self, camera_id: str) -> CameraData:
+        cam = next((cam for cam in self.cameras if cam.id == camera_id), None)
+        if cam is None:
             raise KeyError(f"no camera {camera_id!r} in this capture (cameras: {[c.id for c in self.cameras]})")
-        return self.cameras[index].images[frame]
+        return cam
+
+    def mask_of(self, camera_id: str, frame: int) -> torch.Tensor | None:
+        """A frame's mask, bool ``[H, W]`` at the images' size (True where a pixel counts), or None
+        when all of its pixels do; the signature of ``nurec_usd.scene.init.MaskSource``."""
+        masks = self._camera_named(camera_id).masks
+        return None if masks is None else masks[frame]
 
     def mean_colors(self) -> torch.Tensor:
         """Per camera, the mean colour of its training frames (the mean-colour baseline). Returns ``[C, 3]``."""

@@ -199,3 +199,44 @@ def test_a_downscaled_build_decodes_no_frame_again_for_its_colours(handmade_capt
     colour = lambda s: (s.static.sh0[:, 0] * 0.28209479177387814 + 0.5)  # noqa: E731
     assert shrunk.static.means.shape == full.static.means.shape
     assert float((colour(shrunk) - colour(full)).abs().mean()) < 0.05
+
+
+def test_masked_pixels_colour_no_point():
+    """``colour_points`` with masks: a frame's masked pixels (the ego vehicle's) colour nothing. All
+    pixels masked, every point stays unseen (grey 0.5); none masked, the colours are those without
+    masks; the front camera's bottom half masked, no point seen only there takes its colour."""
+    from pathlib import Path
+
+    from nurec_usd.capture import load_capture
+    from nurec_usd.scene.init import colour_points, scene_tracks
+
+    capture = load_capture(Path(__file__).resolve().parents[2] / "samples" / "tiny")
+    tracks = scene_tracks(capture)
+    frames = [(cam, 0) for cam in capture.cameras]
+    g = torch.Generator().manual_seed(0)
+    pts = torch.randn(4000, 3, generator=g, dtype=torch.float64) * torch.tensor([20.0, 8.0, 1.0], dtype=torch.float64)
+    actors = [torch.zeros(0, 3, dtype=torch.float64) for _ in tracks]
+    size = {c.id: (c.height, c.width) for c in capture.cameras.values()}
+
+    def masks(value):
+        return lambda cam, i: torch.full(size[cam], value, dtype=torch.bool)
+
+    plain, _ = colour_points(capture, frames, pts, actors, tracks, torch.device("cpu"))
+    assert float((plain != 0.5).any(-1).float().mean()) > 0.3  # many points are seen
+    none_masked, _ = colour_points(capture, frames, pts, actors, tracks, torch.device("cpu"), masks=masks(True))
+    assert torch.equal(none_masked, plain)
+    all_masked, _ = colour_points(capture, frames, pts, actors, tracks, torch.device("cpu"), masks=masks(False))
+    assert bool((all_masked == 0.5).all())
+    front = next(iter(capture.cameras))
+
+    def bottom_of_front(cam, i):  # the front camera's lower half does not count
+        m = torch.ones(size[cam], dtype=torch.bool)
+        if cam == front:
+            m[size[cam][0] // 2:] = False
+        return m
+
+    only_front = [(front, 0)]
+    top_only, _ = colour_points(capture, only_front, pts, actors, tracks, torch.device("cpu"), masks=bottom_of_front)
+    whole, _ = colour_points(capture, only_front, pts, actors, tracks, torch.device("cpu"))
+    lost = (whole != 0.5).any(-1) & (top_only == 0.5).all(-1)  # seen by the front camera, in its lower half only
+    assert int(lost.sum()) > 20 and bool(torch.equal(top_only[~lost], whole[~lost]))
