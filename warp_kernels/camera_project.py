@@ -255,6 +255,54 @@ def make_camera_funcs(float_t):
     return opencv_radial, opencv_jacobian, project_pinhole, project_point, line_fraction
 
 
+@functools.lru_cache(maxsize=None)
+def make_covariance_vjp_funcs(float_t):
+    """The pieces the hand-written projection backwards share: ``covariance3`` (the unit
+    quaternion, its norm, its rotation, M = R S and cov3 = M M^T of a Gaussian),
+    ``cov2_vjp`` (dL/dcov2 = -conic G conic of a camera, from A = J R and the conic's gradient)
+    and ``covariance3_vjp`` (dL/d quaternion and scales from dL/dcov3)."""
+    vec3 = wp.types.vector(3, float_t)
+    vec4 = wp.types.vector(4, float_t)
+    mat22 = wp.types.matrix((2, 2), float_t)
+    mat23 = wp.types.matrix((2, 3), float_t)
+    mat33 = wp.types.matrix((3, 3), float_t)
+    rotation_wxyz, rotation_wxyz_vjp = make_rotation_funcs(float_t)
+
+    @wp.func
+    def covariance3(qv: vec4, s: vec3):
+        qn = wp.length(qv)
+        q = qv / qn
+        Rg = rotation_wxyz(q)
+        M = Rg * wp.diag(s)
+        return q, qn, Rg, M, M * wp.transpose(M)
+
+    @wp.func
+    def cov2_vjp(A: mat23, cov3: mat33, g_conic: vec3):
+        cov2 = A * cov3 * wp.transpose(A)
+        a2 = cov2[0, 0] + float_t(EPS_2D)
+        b2 = cov2[0, 1]
+        c2 = cov2[1, 1] + float_t(EPS_2D)
+        inv = float_t(1.0) / (a2 * c2 - b2 * b2)
+        conic = mat22(c2 * inv, -b2 * inv, -b2 * inv, a2 * inv)
+        half = float_t(0.5)
+        G = mat22(g_conic[0], half * g_conic[1], half * g_conic[1], g_conic[2])
+        return -(conic * G * conic)
+
+    @wp.func
+    def covariance3_vjp(gcov3: mat33, q: vec4, qn: float_t, Rg: mat33, M: mat33, s: vec3):
+        gM = (gcov3 + wp.transpose(gcov3)) * M
+        gRg = mat33(gM[0, 0] * s[0], gM[0, 1] * s[1], gM[0, 2] * s[2],
+                    gM[1, 0] * s[0], gM[1, 1] * s[1], gM[1, 2] * s[2],
+                    gM[2, 0] * s[0], gM[2, 1] * s[1], gM[2, 2] * s[2])
+        gs = vec3(gM[0, 0] * Rg[0, 0] + gM[1, 0] * Rg[1, 0] + gM[2, 0] * Rg[2, 0],
+                  gM[0, 1] * Rg[0, 1] + gM[1, 1] * Rg[1, 1] + gM[2, 1] * Rg[2, 1],
+                  gM[0, 2] * Rg[0, 2] + gM[1, 2] * Rg[1, 2] + gM[2, 2] * Rg[2, 2])
+        gq_unit = rotation_wxyz_vjp(q, gRg)
+        return (gq_unit - q * wp.dot(q, gq_unit)) / qn, gs
+
+    return covariance3, cov2_vjp, covariance3_vjp
+
+
 def make_projection_kernel(float_t, pinhole_global: bool = False):
     """The projection kernel for one float type (``wp.float32`` for speed, ``wp.float64`` for gradcheck).
 
@@ -449,11 +497,10 @@ def make_pinhole_backward_kernel(float_t):
     vec3 = wp.types.vector(3, float_t)
     vec4 = wp.types.vector(4, float_t)
     vec16 = wp.types.vector(16, float_t)
-    mat22 = wp.types.matrix((2, 2), float_t)
     mat23 = wp.types.matrix((2, 3), float_t)
     mat33 = wp.types.matrix((3, 3), float_t)
     to_quat, _ = make_pose_funcs(float_t)
-    rotation_wxyz, rotation_wxyz_vjp = make_rotation_funcs(float_t)
+    covariance3, cov2_vjp, covariance3_vjp = make_covariance_vjp_funcs(float_t)
     view_bounds = make_view_bounds(float_t)
     two = float_t(2.0)
 
@@ -479,16 +526,10 @@ def make_pinhole_backward_kernel(float_t):
     ):
         i = wp.tid()
         m = means[i]
-        qv = quats[i]
         s = scales[i]
-        qn = wp.length(qv)
-        q = qv / qn
-        Rg = rotation_wxyz(q)
-        M = Rg * wp.diag(s)
-        cov3 = M * wp.transpose(M)
+        q, qn, Rg, M, cov3 = covariance3(quats[i], s)
         gm = vec3()
         gcov3 = mat33()
-        half = float_t(0.5)
         for c in range(radii.shape[0]):
             if radii[c, i] == 0:
                 continue
@@ -507,15 +548,7 @@ def make_pinhole_backward_kernel(float_t):
             yj = wp.clamp(yr, loy, hiy)
             J = mat23(fx * iz, float_t(0.0), -fx * xj * iz, float_t(0.0), fy * iz, -fy * yj * iz)
             A = J * Rc
-            cov2 = A * cov3 * wp.transpose(A)
-            a2 = cov2[0, 0] + float_t(EPS_2D)
-            b2 = cov2[0, 1]
-            c2 = cov2[1, 1] + float_t(EPS_2D)
-            inv = float_t(1.0) / (a2 * c2 - b2 * b2)
-            conic = mat22(c2 * inv, -b2 * inv, -b2 * inv, a2 * inv)
-            gq = g_conics[c, i]
-            G = mat22(gq[0], half * gq[1], half * gq[1], gq[2])
-            H = -(conic * G * conic)  # dL/dcov2
+            H = cov2_vjp(A, cov3, g_conics[c, i])  # dL/dcov2
             gcov3 += wp.transpose(A) * H * A
             gJ = two * H * A * cov3 * wp.transpose(Rc)
             guv = g_means2d[c, i]
@@ -539,17 +572,10 @@ def make_pinhole_backward_kernel(float_t):
             u = d / dl
             gd = g_dirs[c, i]
             gm += (gd - u * wp.dot(u, gd)) / dl
-        gM = (gcov3 + wp.transpose(gcov3)) * M
-        gRg = mat33(gM[0, 0] * s[0], gM[0, 1] * s[1], gM[0, 2] * s[2],
-                    gM[1, 0] * s[0], gM[1, 1] * s[1], gM[1, 2] * s[2],
-                    gM[2, 0] * s[0], gM[2, 1] * s[1], gM[2, 2] * s[2])
-        gs = vec3(gM[0, 0] * Rg[0, 0] + gM[1, 0] * Rg[1, 0] + gM[2, 0] * Rg[2, 0],
-                  gM[0, 1] * Rg[0, 1] + gM[1, 1] * Rg[1, 1] + gM[2, 1] * Rg[2, 1],
-                  gM[0, 2] * Rg[0, 2] + gM[1, 2] * Rg[1, 2] + gM[2, 2] * Rg[2, 2])
-        gq_unit = rotation_wxyz_vjp(q, gRg)
+        gquat, gscale = covariance3_vjp(gcov3, q, qn, Rg, M, s)
         g_means[i] = gm
-        g_quats[i] = (gq_unit - q * wp.dot(q, gq_unit)) / qn
-        g_scales[i] = gs
+        g_quats[i] = gquat
+        g_scales[i] = gscale
 
     return project_pinhole_backward
 
@@ -590,10 +616,12 @@ def make_projection_backward_kernel(float_t):
     mat33 = wp.types.matrix((3, 3), float_t)
     to_quat, pose_at = make_pose_funcs(float_t)
     pose_rate = make_pose_rate_func(float_t)
-    rotation_wxyz, rotation_wxyz_vjp = make_rotation_funcs(float_t)
+    _, rotation_wxyz_vjp = make_rotation_funcs(float_t)
+    covariance3, cov2_vjp, covariance3_vjp = make_covariance_vjp_funcs(float_t)
     view_bounds = make_view_bounds(float_t)
     opencv_radial, opencv_jacobian, _, project_point, line_fraction = make_camera_funcs(float_t)
     zero = float_t(0.0)
+    half = float_t(0.5)
     one = float_t(1.0)
     two = float_t(2.0)
 
@@ -820,16 +848,10 @@ def make_projection_backward_kernel(float_t):
     ):
         i = wp.tid()
         m = means[i]
-        qv = quats[i]
         s = scales[i]
-        qn = wp.length(qv)
-        q = qv / qn
-        Rg = rotation_wxyz(q)
-        M = Rg * wp.diag(s)
-        cov3 = M * wp.transpose(M)
+        q, qn, Rg, M, cov3 = covariance3(quats[i], s)
         gm = vec3()
         gcov3 = mat33()
-        half = float_t(0.5)
         for c in range(radii.shape[0]):
             if radii[c, i] == 0:
                 continue
@@ -857,15 +879,7 @@ def make_projection_backward_kernel(float_t):
             uv, J, ok = project_point(model, k, p, near, width, height)
             radial = model == MODEL_OPENCV_FISHEYE or model == MODEL_FTHETA
             A = J * R
-            cov2 = A * cov3 * wp.transpose(A)
-            a2 = cov2[0, 0] + float_t(EPS_2D)
-            b2 = cov2[0, 1]
-            c2 = cov2[1, 1] + float_t(EPS_2D)
-            inv = one / (a2 * c2 - b2 * b2)
-            conic = mat22(c2 * inv, -b2 * inv, -b2 * inv, a2 * inv)
-            gq = g_conics[c, i]
-            G = mat22(gq[0], half * gq[1], half * gq[1], gq[2])
-            H = -(conic * G * conic)  # dL/dcov2
+            H = cov2_vjp(A, cov3, g_conics[c, i])  # dL/dcov2
             gcov3 += wp.transpose(A) * H * A
             gA = two * H * A * cov3
             g_p = project_point_vjp(model, k, p, near, width, height, g_means2d[c, i], gA * wp.transpose(R))
@@ -889,17 +903,10 @@ def make_projection_backward_kernel(float_t):
                 g_a = wp.dot(rotation_wxyz_vjp(qa, g_R), dqa) + wp.dot(g_t, t1 - t0)
                 g_p0 = project_point_vjp(model, k, p0, near, width, height, da_duv * g_a, mat23())
                 gm += wp.transpose(Rm) * g_p0
-        gM = (gcov3 + wp.transpose(gcov3)) * M
-        gRg = mat33(gM[0, 0] * s[0], gM[0, 1] * s[1], gM[0, 2] * s[2],
-                    gM[1, 0] * s[0], gM[1, 1] * s[1], gM[1, 2] * s[2],
-                    gM[2, 0] * s[0], gM[2, 1] * s[1], gM[2, 2] * s[2])
-        gs = vec3(gM[0, 0] * Rg[0, 0] + gM[1, 0] * Rg[1, 0] + gM[2, 0] * Rg[2, 0],
-                  gM[0, 1] * Rg[0, 1] + gM[1, 1] * Rg[1, 1] + gM[2, 1] * Rg[2, 1],
-                  gM[0, 2] * Rg[0, 2] + gM[1, 2] * Rg[1, 2] + gM[2, 2] * Rg[2, 2])
-        gq_unit = rotation_wxyz_vjp(q, gRg)
+        gquat, gscale = covariance3_vjp(gcov3, q, qn, Rg, M, s)
         g_means[i] = gm
-        g_quats[i] = (gq_unit - q * wp.dot(q, gq_unit)) / qn
-        g_scales[i] = gs
+        g_quats[i] = gquat
+        g_scales[i] = gscale
 
     return project_gaussians_backward
 
