@@ -72,7 +72,7 @@ def lidar_filter(capture: Capture, box_option: str, eval_every: int,
             picks = ego.spaced_samples(_positions(capture, lidar.timestamps_us[train]))
             T = lidar.T_rig_lidar
 
-            def rig_points(i: int, lidar=lidar, T=T) -> np.ndarray:  # [N, 3] the sweep's returns, rig frame
+            def rig_points(i: int) -> np.ndarray:  # [N, 3] the sweep's returns, rig frame
                 return lidar.load_sweep(train[i]).points.astype(np.float64) @ T[:3, :3].T + T[:3, 3]
 
             sweeps = list(prefetched(rig_points, picks, workers=min(8, default_workers()), depth=len(picks) or 1))
