@@ -45,7 +45,7 @@ class TrainConfig:
     lidar_hit_weight: float = option(0.02, low=0, high=1000)
     lidar_intensity_weight: float = option(0.01, low=0, high=1000)
     # training's sweeps see actors where they are when each column fires (their motion over the sweep
-    # from their tracks); False: every actor at the sweep's middle, as builds before 2026-12-02 did.
+    # from their tracks); False: every actor at the sweep's middle (the fixed placement, for comparison).
     # Evaluation and replay always follow the actors.
     lidar_actor_motion: bool = option(True)
     # the ego vehicle (nurec_usd.train.ego): "auto" estimates a static mask of its body for cameras
