@@ -212,27 +212,27 @@ def projection_backward(means, quats, scales, opacities, cams: CameraBatch, sett
         generated = GENERATED_PROJECTION_ADJOINT
     if cams.pinhole_global or not generated:  # the hand-written kernels write every Gaussian's gradient
         g_means, g_quats, g_scales = torch.empty_like(means), torch.empty_like(quats), torch.empty_like(scales)
-    if cams.pinhole_global:
-        launch(kproj.project_pinhole_backward_f32 if f32 else kproj.project_pinhole_backward_f64, n,
-               [means, quats, scales, cams.rot_start, cams.trans_start, cams.params, w, h, radii, g_means2d,
-                g_conics, g_depths, g_dirs], [g_means, g_quats, g_scales], device=wdev)
-    elif not generated:
-        launch(kproj.project_gaussians_backward_f32 if f32 else kproj.project_gaussians_backward_f64, n,
-               [means, quats, scales, cams.rot_start, cams.trans_start, cams.rot_end, cams.trans_end, cams.model,
-                cams.params, cams.shutter, w, h, float(settings.near), radii, g_means2d, g_conics, g_depths, g_dirs],
-               [g_means, g_quats, g_scales], device=wdev)
-    else:
-        # Warp's adjoint of the projection kernel adds into zeros; it replays the forward into
-        # scratch outputs (never read). The opacities' adjoint is discarded.
-        g_means, g_quats, g_scales = torch.zeros_like(means), torch.zeros_like(quats), torch.zeros_like(scales)
-        s_means2d, s_conics, s_depths, s_dirs, s_opacities2d, d_opacities, d_opacities2d = _split(
-            torch.empty, [(c, n, 2), (c, n, 3), (c, n), (c, n, 3), (c, n), (n,), (c, n)], dtype, device)
-        adj_inputs = [g_means, g_quats, g_scales, d_opacities.zero_(), None, None, None, None, None, None,
-                      None, 0, 0, 0.0, 0.0]
-        adj_outputs = [g_means2d, g_conics, g_depths, None, g_dirs, d_opacities2d.zero_()]
-        launch(_kernels(dtype)[0], (c, n), _camera_inputs(means, quats, scales, opacities, cams, settings),
-               [s_means2d, s_conics, s_depths, torch.empty_like(radii), s_dirs, s_opacities2d],
-               adj_inputs=adj_inputs, adj_outputs=adj_outputs, adjoint=True, device=wdev)
+        if cams.pinhole_global:
+            launch(kproj.project_pinhole_backward_f32 if f32 else kproj.project_pinhole_backward_f64, n,
+                   [means, quats, scales, cams.rot_start, cams.trans_start, cams.params, w, h, radii, g_means2d,
+                    g_conics, g_depths, g_dirs], [g_means, g_quats, g_scales], device=wdev)
+        else:
+            launch(kproj.project_gaussians_backward_f32 if f32 else kproj.project_gaussians_backward_f64, n,
+                   [means, quats, scales, cams.rot_start, cams.trans_start, cams.rot_end, cams.trans_end,
+                    cams.model, cams.params, cams.shutter, w, h, float(settings.near), radii, g_means2d, g_conics,
+                    g_depths, g_dirs], [g_means, g_quats, g_scales], device=wdev)
+        return g_means, g_quats, g_scales
+    # Warp's adjoint of the projection kernel adds into zeros; it replays the forward into scratch
+    # outputs (never read). The opacities' adjoint is discarded.
+    g_means, g_quats, g_scales = torch.zeros_like(means), torch.zeros_like(quats), torch.zeros_like(scales)
+    s_means2d, s_conics, s_depths, s_dirs, s_opacities2d, d_opacities, d_opacities2d = _split(
+        torch.empty, [(c, n, 2), (c, n, 3), (c, n), (c, n, 3), (c, n), (n,), (c, n)], dtype, device)
+    adj_inputs = [g_means, g_quats, g_scales, d_opacities.zero_(), None, None, None, None, None, None,
+                  None, 0, 0, 0.0, 0.0]
+    adj_outputs = [g_means2d, g_conics, g_depths, None, g_dirs, d_opacities2d.zero_()]
+    launch(_kernels(dtype)[0], (c, n), _camera_inputs(means, quats, scales, opacities, cams, settings),
+           [s_means2d, s_conics, s_depths, torch.empty_like(radii), s_dirs, s_opacities2d],
+           adj_inputs=adj_inputs, adj_outputs=adj_outputs, adjoint=True, device=wdev)
     return g_means, g_quats, g_scales
 
 
