@@ -419,6 +419,41 @@ def render_cameras(
     return CameraRender(rgb, alpha, depth, means2d, radii, total, overflow)
 
 
+def project_points(points: torch.Tensor,  # [N, 3] world, float32 or float64
+                   cameras: CameraBatch, near: float = 0.01, far: float = 1e4,
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Where world points land in each camera, exactly as the renderer places a Gaussian's centre:
+    the same projection kernel (every camera model; a rolling shutter's pose at the point's own
+    line), the same depth (z for pinhole / opencv, the distance for fisheye / f-theta).
+
+    Returns ``uv [C, N, 2]`` (pixel centres at integers), ``depth [C, N]`` and ``inside [C, N]``
+    (bool: in front of the camera within [near, far], where the model images it, and its pixel
+    centre's square inside the image); ``uv`` and ``depth`` are 0 where not ``inside``.
+    """
+    if points.dim() != 2 or points.shape[1] != 3:
+        raise ValueError(f"points must have shape (N, 3), got {tuple(points.shape)}")
+    dtype, device = points.dtype, points.device
+    c, n = len(cameras), points.shape[0]
+    cams = cameras if cameras.params.dtype == dtype else cameras.to(dtype)
+    # a point as a tiny opaque Gaussian: the kernel keeps it while its pixel footprint reaches the image
+    quats = torch.zeros(n, 4, dtype=dtype, device=device)
+    quats[:, 0] = 1
+    scales = torch.full((n, 3), 1e-6, dtype=dtype, device=device)
+    opacities = torch.ones(n, dtype=dtype, device=device)
+    uv = torch.empty(c, n, 2, dtype=dtype, device=device)
+    radii = torch.empty(c, n, dtype=torch.int32, device=device)
+    conics, depth, dirs, opacities2d = _split(torch.empty, [(c, n, 3), (c, n), (c, n, 3), (c, n)], dtype, device)
+    if c * n:
+        launch(_kernels(dtype, cams.pinhole_global)[0], (c, n),
+               _camera_inputs(points.contiguous(), quats, scales, opacities, cams, RenderSettings(near=near, far=far)),
+               [uv, conics, depth, radii, dirs, opacities2d], device=warp_device(device))
+    half = 0.5
+    inside = (radii > 0) & (uv[..., 0] >= -half) & (uv[..., 0] < cams.width - half) & \
+        (uv[..., 1] >= -half) & (uv[..., 1] < cams.height - half)
+    zero = torch.zeros((), dtype=dtype, device=device)
+    return torch.where(inside[..., None], uv, zero), torch.where(inside, depth, zero), inside
+
+
 class IntersectionCapacity:
     """Sizes the intersection buffers across training steps without a host sync inside a step.
 
