@@ -45,6 +45,9 @@ class InitConfig:
     opacity: float = option(0.1, low=0, high=1, low_open=True, high_open=True)
     # captures without lidar or SfM points: points spread in the frusta
     random_points: int = option(100_000, low=1, high=100_000_000)
+    # lidar captures: points where the cameras see above the lidar's reach (points_above_lidar;
+    # 0: none); they count in max_points, of which they take at most a quarter
+    above_lidar_points: int = option(50_000, low=0, high=100_000_000)
     sky_rows: int = option(16, low=1, high=1024)  # sky map size: rows (elevation) x 4 rows (azimuth)
 
 
@@ -57,6 +60,7 @@ def _poses_at(traj: PoseTrajectory, times: torch.Tensor) -> tuple[torch.Tensor, 
 def lidar_world_points(capture: Capture, sweeps: list[tuple[str, int]], device: torch.device | str = "cpu",
                        progress: Callable[[], None] | None = None, chunk_points: int = 4_000_000,
                        loaded: Mapping[tuple[str, int], Any] | None = None,
+                       sweep_counts: list[int] | None = None,
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Points of the given sweeps in the world, each placed with the rig pose at its firing time.
 
@@ -64,6 +68,8 @@ def lidar_world_points(capture: Capture, sweeps: list[tuple[str, int]], device: 
     ``times_s`` tensors, as ``CaptureData.sweep_points`` keeps them) or read ahead in threads,
     and placed in chunks of about ``chunk_points`` points (one pose interpolation per chunk
     rather than per sweep). Points outside the lidar's range limits are left out.
+    ``sweep_counts``: a list that gets each sweep's number of points, in order (they follow one
+    another in the result).
 
     Returns world points ``[N, 3]`` float64, intensities ``[N]`` and times ``[N]`` (seconds), on ``device``.
     """
@@ -110,6 +116,8 @@ def lidar_world_points(capture: Capture, sweeps: list[tuple[str, int]], device: 
     count = 0
     source = map(read, sweeps) if loaded is not None else prefetched(read, sweeps)
     for (lidar_id, _), sweep in zip(sweeps, source):
+        if sweep_counts is not None:
+            sweep_counts.append(sweep[0].shape[0])
         pending.append(sweep)
         lidar_of.append(lidar_id)
         count += sweep[0].shape[0]
@@ -153,12 +161,14 @@ def _near_track(points: torch.Tensor,  # [N, 3] world
 
 def split_actor_points(points: torch.Tensor,  # [N, 3] world
                        times: torch.Tensor,  # [N] seconds
-                       tracks: list[ActorTrack], margin: float
+                       tracks: list[ActorTrack], margin: float,
+                       indices: list[torch.Tensor] | None = None,
                        ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Which points belong to which actor: ``static_mask [N]`` and, per track, its points in the box frame ``[n_a, 3]``.
 
     A point belongs to an actor when it lies inside the actor's box (grown by ``margin``)
-    at the point's own time, within the track's time range.
+    at the point's own time, within the track's time range. ``indices``: a list that gets, per
+    track, the indices of its points into ``points`` (``[n_a]``, ascending).
     """
     static = torch.ones(points.shape[0], dtype=torch.bool, device=points.device)
     per_actor = []
@@ -170,12 +180,16 @@ def split_actor_points(points: torch.Tensor,  # [N, 3] world
         cand = torch.nonzero(inside_time & near & static).flatten()
         if cand.numel() == 0:
             per_actor.append(torch.zeros(0, 3, dtype=points.dtype, device=points.device))
+            if indices is not None:
+                indices.append(cand)
             continue
         T, idx = _poses_at(traj, times[cand])
         local = transform_points(invert_transform(T)[idx], points[cand])
         inside = (local.abs() <= half).all(-1)
         static[cand[inside]] = False
         per_actor.append(local[inside])
+        if indices is not None:
+            indices.append(cand[inside])
     return static, per_actor
 
 
@@ -329,6 +343,90 @@ def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: t
     return parts[0], parts[1:]
 
 
+ABOVE_BANDS = 64  # image columns are split into this many bands to find the top of the lidar's coverage
+
+
+def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_pts: torch.Tensor,  # [Ns, 3] world
+                       count: int, device: torch.device, images: ImageSource | None = None,
+                       masks: MaskSource | None = None, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Points where the cameras see above the lidar's reach, coloured by their pixel.
+
+    A spinning lidar sees a few degrees above the horizon at most, so the upper part of a view
+    (a building's upper floors, an overpass, tree tops) starts with no Gaussian, and the sky map
+    takes its colours as a blur. In each frame, per band of image columns, the highest lidar
+    point marks the top of the coverage; pixels above it (and not masked) are drawn at random,
+    each placed along its ray at the distance of that band's highest points (what stands above
+    a facade's last return is mostly more facade), spread by a factor of about 1.25 either way.
+    Bands without a lidar point get none (no distance to guess from).
+
+    Returns world points ``[M, 3]`` float64 and colours ``[M, 3]`` in [0, 1] (M <= ``count``).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    rig = capture.rig_trajectory()
+    images = images or decoded_images(capture)
+    per = -(-count // max(1, len(frames)))
+    times = torch.tensor([float(capture.seconds(capture.cameras[c].frames[i].timestamp_us)) for c, i in frames],
+                         dtype=torch.float64)
+    T_world_rig = rig.at(times)  # [F, 4, 4]
+    models: dict[str, Any] = {}
+    poses, tops, top_dists = [], [], []
+    # every frame's coverage on the device first, read back once (drive30 seeds from 72 frames)
+    for k, (cam_id, fi) in enumerate(frames):
+        cam = capture.cameras[cam_id]
+        model = models.get(cam_id)
+        if model is None:
+            model = models[cam_id] = cam.sensor_model(dtype=torch.float64, device=device)
+        T_wc = (T_world_rig[k] @ torch.as_tensor(cam.T_rig_camera, dtype=torch.float64)).to(device)
+        poses.append(T_wc)
+        pc = transform_points(invert_transform(T_wc), static_pts)
+        uv, valid = model.project(pc)
+        valid = valid & (pc[:, 2] > 0.1) & torch.isfinite(uv).all(-1)
+        valid &= (uv[:, 0] >= -0.5) & (uv[:, 0] < cam.width - 0.5) & (uv[:, 1] >= -0.5) & (uv[:, 1] < cam.height - 0.5)
+        band_w = -(-cam.width // ABOVE_BANDS)
+        band = torch.where(valid, (uv[:, 0] + 0.5).floor().clamp(0, cam.width - 1).long() // band_w, ABOVE_BANDS)
+        v = torch.where(valid, uv[:, 1], torch.full_like(uv[:, 1], float("inf")))
+        top = torch.full((ABOVE_BANDS + 1,), float("inf"), dtype=v.dtype, device=device)
+        top.scatter_reduce_(0, band, v, reduce="amin")
+        # the distance of the band's highest points: those within 2% of the image's height of its top
+        near_top = valid & (v <= top[band] + 0.02 * cam.height)
+        dist = pc.norm(dim=-1)
+        total = torch.zeros(ABOVE_BANDS + 1, dtype=dist.dtype, device=device).scatter_add_(
+            0, band, torch.where(near_top, dist, torch.zeros_like(dist)))
+        n = torch.zeros(ABOVE_BANDS + 1, dtype=dist.dtype, device=device).scatter_add_(0, band, near_top.to(dist.dtype))
+        tops.append(top)
+        top_dists.append(total / n.clamp_min(1))
+    if not frames:
+        return torch.zeros(0, 3, dtype=torch.float64, device=device), torch.zeros(0, 3, device=device)
+    tops_host, dists_host = torch.stack(tops).cpu(), torch.stack(top_dists).cpu()  # [F, B + 1]
+    pts, cols, kept = [], [], []
+    for k, (cam_id, fi) in enumerate(frames):
+        cam = capture.cameras[cam_id]
+        band_w = -(-cam.width // ABOVE_BANDS)
+        u = torch.randint(0, cam.width, (per,), generator=gen)
+        b = u // band_w
+        room = tops_host[k][b] - 2.0  # pixel rows above the band's top, less a margin
+        ok = torch.isfinite(room) & (room >= 1.0)
+        v_px = (torch.rand(per, generator=gen, dtype=torch.float64) * room.clamp(0, cam.height)).floor().long()
+        spread = torch.exp(torch.randn(per, generator=gen, dtype=torch.float64) * 0.2)
+        u, v_px, b, spread = u[ok], v_px[ok], b[ok], spread[ok]
+        if u.numel() == 0:
+            continue
+        u_d, v_d = u.to(device), v_px.to(device)
+        mask = None if masks is None else masks(cam_id, fi)
+        # masked samples are dropped after the loop: a boolean index here would wait for the device
+        kept.append(torch.ones(u.numel(), dtype=torch.bool, device=device) if mask is None
+                    else mask.to(device)[v_d, u_d])
+        rays = models[cam_id].unproject(torch.stack((u_d, v_d), -1).double())
+        rays = rays / rays.norm(dim=-1, keepdim=True)
+        d = (dists_host[k][b] * spread).to(device)
+        pts.append(transform_points(poses[k], rays * d[:, None]))
+        cols.append(images(cam_id, fi).to(device)[v_d, u_d].float() / 255.0)
+    if not pts:
+        return torch.zeros(0, 3, dtype=torch.float64, device=device), torch.zeros(0, 3, device=device)
+    keep = torch.cat(kept)
+    return torch.cat(pts)[keep][:count], torch.cat(cols)[keep][:count]
+
+
 def spread_evenly(items: list, count: int) -> list:
     """``count`` items spread evenly over the list, first and last included (all of them when there are fewer)."""
     if len(items) <= count:
@@ -439,8 +537,9 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
             static_pts, static_int = pts[static_mask], inten[static_mask]
             actor_pts = actor_local
             del pts, inten, times
+        above = min(config.above_lidar_points, config.max_points // 4)  # the lidar's points stay the most
         with part("downsample"):
-            (static_pts, static_int), voxel = _downsample_to(static_pts, config.voxel_m, config.max_points,
+            (static_pts, static_int), voxel = _downsample_to(static_pts, config.voxel_m, config.max_points - above,
                                                              static_int)
             static_pts, static_int = remove_outliers(static_pts, config.outlier_std, static_int)
             actor_pts = seed_empty_actors([voxel_downsample(p, config.actor_voxel_m)[0] for p in actor_pts], tracks)
@@ -452,6 +551,15 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
         with part("colour"):
             static_rgb, actor_rgb = colour_points(capture, colour_frames, static_pts, actor_pts, tracks, device,
                                                   images, masks)
+        if above > 0:
+            with part("above the lidar"):
+                extra, extra_rgb = points_above_lidar(capture, colour_frames, static_pts, above, device, images,
+                                                      masks)
+            say(f"points above the lidar's reach: {extra.shape[0]:,}")
+            static_pts = torch.cat([static_pts, extra])
+            static_rgb = torch.cat([static_rgb, extra_rgb.to(static_rgb.dtype)])
+            static_int = torch.cat([static_int, torch.full((extra.shape[0],), mean_int, dtype=static_int.dtype,
+                                                           device=device)])
     elif sfm is not None:
         static_pts = torch.as_tensor(np.asarray(sfm["xyz"]), dtype=torch.float64, device=device)
         static_rgb = torch.as_tensor(np.asarray(sfm["rgb"]), dtype=torch.float32, device=device) / 255.0

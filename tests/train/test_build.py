@@ -206,10 +206,11 @@ def test_diverging_run_stops_cleanly_with_the_last_good_checkpoint(handmade_capt
     out = tmp_path / "run"
     # a scale learning rate at the top of its range, one frame and one sweep a step at full size
     # (Adam's plain betas): the first step multiplies every scale by e^10, the momentum keeps going,
-    # and the scales overflow; no refinement (it would move the overflowed rows onto finite ones)
+    # and the scales overflow; no refinement (it would move the overflowed rows onto finite ones);
+    # the lidar's points alone (with the points above its reach, twice as many here, the run stayed finite)
     result = build(handmade_capture, out, steps=8, log_interval=2, checkpoint_interval=2, lr_scales=10.0,
                    cameras_per_step=1, sweeps_per_step=1, coarse_fraction=0.0, refine_stop_fraction=0.0,
-                   progress=False, log=lambda _m: None)
+                   above_lidar_points=0, progress=False, log=lambda _m: None)
     assert result.status == "diverged"
     # NaN means are culled by the renderer (the loss can stay finite): the parameter check catches them
     assert "restored to the checkpoint of step 0" in result.message and "NaN" in result.message

@@ -1,0 +1,104 @@
+"""``points_above_lidar``: Gaussians seeded where the cameras see above the lidar's reach, on the
+hand-made street, whose facades and far wall rise past the lidar's highest beam (10 degrees)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from handmade import CAMERAS, _Scene, _transform
+
+from nurec_usd.capture.importers import load_any
+from nurec_usd.scene.init import lidar_world_points, points_above_lidar, scene_tracks, split_actor_points
+
+
+def _static_points(cap) -> torch.Tensor:
+    sweeps = [(lid, i) for lid, lidar in cap.lidars.items() for i in range(len(lidar.sweeps))]
+    pts, _, times = lidar_world_points(cap, sweeps)
+    static, _ = split_actor_points(pts, times, scene_tracks(cap), 0.05)
+    return pts[static]
+
+
+def test_points_lie_on_the_surfaces_above_the_lidar(handmade_capture):
+    """One front frame: about the requested number of points, all above the highest return of
+    their column band, coloured by their pixel, and along their rays within a quarter of the
+    closed-form distance (the band's top distance, spread by about 1.25x)."""
+    cap = load_any(handmade_capture)
+    static = _static_points(cap)
+    frame = ("front", 0)
+    pts, rgb = points_above_lidar(cap, [frame], static, 2000, torch.device("cpu"), seed=2)
+    assert 1500 <= pts.shape[0] <= 2000
+    cam = cap.cameras["front"]
+    _, model, intr, R, pos, _, _ = next(c for c in CAMERAS if c[0] == "front")
+    scene = _Scene()
+    t = torch.tensor([float(cap.seconds(cam.frames[0].timestamp_us))], dtype=torch.float64)
+    T_wc = cap.rig_trajectory().at(t)[0] @ torch.as_tensor(cam.T_rig_camera, dtype=torch.float64)
+    centre = T_wc[:3, 3]
+    dirs = pts - centre
+    dist = dirs.norm(dim=-1)
+    # the analytic scene's frame is the capture's world shifted (the importer keeps real logs'
+    # large coordinates apart): the same rotation, the camera centre offset
+    T_scene = scene.rig_at(t)[0] @ torch.from_numpy(_transform(R, pos))
+    assert torch.allclose(T_scene[:3, :3], T_wc[:3, :3], atol=1e-9)
+    origin = (T_scene[:3, 3]).expand_as(dirs)
+    truth, _, _, _ = scene.cast(origin, dirs / dist[:, None], t.expand(len(dirs)))
+    rel = (dist - truth).abs() / truth
+    assert float(rel.median()) < 0.25
+    # above the coverage: every point is higher in the image than the lidar's returns of its band
+    pc = (pts - T_wc[:3, 3]) @ T_wc[:3, :3]
+    uv, _ = cam.sensor_model(dtype=torch.float64).project(pc)
+    spc = (static - T_wc[:3, 3]) @ T_wc[:3, :3]
+    suv, sok = cam.sensor_model(dtype=torch.float64).project(spc)
+    sok &= (spc[:, 2] > 0.1) & (suv[:, 0] >= -0.5) & (suv[:, 0] < cam.width - 0.5) & (suv[:, 1] >= -0.5)
+    assert float(uv[:, 1].max()) < float(suv[sok, 1].max())
+    assert float((uv[:, 1] < suv[sok, 1].min() + 0.5).float().mean()) > 0.3  # many are above every return
+    image = torch.from_numpy(np.array(cam.frames[0].load_image())).float() / 255
+    px = (uv + 0.5).floor().long()
+    assert torch.allclose(rgb, image[px[:, 1], px[:, 0]], atol=1e-6)
+
+
+def test_masked_pixels_seed_nothing(handmade_capture):
+    """The front camera's points lie in rows 0-27 (the lidar covers the rest); with rows 0-11
+    masked (the ego vehicle's, say) they come from rows 12-27 only."""
+    cap = load_any(handmade_capture)
+    static = _static_points(cap)
+    cam = cap.cameras["front"]
+    top_masked = torch.ones(cam.height, cam.width, dtype=torch.bool)
+    top_masked[:12] = False  # False: the pixel does not count
+    T_wc = cap.rig_trajectory().at(torch.tensor([float(cap.seconds(cam.frames[0].timestamp_us))],
+                                                dtype=torch.float64))[0] @ torch.as_tensor(cam.T_rig_camera,
+                                                                                            dtype=torch.float64)
+    rows = []
+    for masks in (None, lambda _c, _i: top_masked):
+        pts, _ = points_above_lidar(cap, [("front", 0)], static, 2000, torch.device("cpu"), masks=masks)
+        uv, _ = cam.sensor_model(dtype=torch.float64).project((pts - T_wc[:3, 3]) @ T_wc[:3, :3])
+        rows.append((uv[:, 1] + 0.5).floor())
+    assert float(rows[0].min()) == 0 and float(rows[0].max()) < 30
+    assert rows[1].numel() > 200 and float(rows[1].min()) == 12
+
+
+def test_the_initial_scene_counts_them_in_max_points(handmade_capture):
+    """``initial_scene``: the points above the lidar come on top of the lidar's within
+    ``max_points``, at most a quarter of it; the lidar's points fit what is left (as a build
+    with that smaller cap and none above would place them); 0 turns them off."""
+    import re
+
+    from nurec_usd.pipeline import initial_scene
+    from nurec_usd.train.config import make_config
+    from nurec_usd.train.data import CaptureData
+
+    cap = load_any(handmade_capture)
+    data = CaptureData(cap, "cpu")
+
+    def build(above: int, max_points: int) -> tuple[int, int]:
+        messages = []
+        config = make_config("fast", above_lidar_points=above, max_points=max_points, voxel_m=0.05)
+        n = initial_scene(cap, data, config.init, log=messages.append).static.means.shape[0]
+        said = [int(m.group(1).replace(",", "")) for m in map(re.compile(r"above the lidar's reach: ([\d,]+)").search,
+                                                                 messages) if m]
+        return n, (said[0] if said else 0)
+
+    for above, max_points, lidar_cap in ((600, 4000, 3400), (50_000, 4000, 3000)):
+        total, extra = build(above, max_points)
+        lidar_only, none = build(0, lidar_cap)
+        assert none == 0 and 0.7 * min(above, max_points // 4) <= extra <= min(above, max_points // 4)
+        assert total == lidar_only + extra <= max_points
