@@ -378,6 +378,16 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
 
             scene.metadata["rig"] = describe_rig(cap)  # export and replay read the sensors from the scene
             num_gaussians = scene.num_gaussians
+            depth_targets = None
+            if config.train.depth_weight > 0 and data.train_sweeps:
+                with clock("depth targets"):
+                    from nurec_usd.train.lidar_depth import LidarDepthTargets
+
+                    depth_targets = LidarDepthTargets(
+                        data, data.groups(data.train_frames, config.train.cameras_per_step),
+                        points_per_frame=config.train.depth_points, seed=config.train.seed,
+                        box_margin=config.init.box_margin)
+                say(f"lidar depth targets: {depth_targets.count:,} over {len(depth_targets.frames)} frames")
             data.release_sweep_points()
         say(f"initial scene: {len(scene.static):,} static + {len(scene.actors):,} actor Gaussians "
             f"({clock.seconds('init'):.1f} s)")
@@ -392,7 +402,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
             if profile_start is not None:
                 window_start = profile_start
             profiler = StepProfiler(dev, start=window_start, steps=max(1, min(30, steps // 10)), enabled=profile)
-            trainer = Trainer(scene, data, config.train, log=say, profiler=profiler)
+            trainer = Trainer(scene, data, config.train, log=say, profiler=profiler, depth_targets=depth_targets)
         with clock("train"), progress_bar(steps, "train", "step", enabled=progress, postfix_follows=True) as bar:
             with clock("steps"):
                 result = trainer.run(config.budget_s, progress=bar)

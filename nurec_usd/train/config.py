@@ -60,6 +60,13 @@ class TrainConfig:
     frame_appearance: str = option("off", choices=("off", "gain_bias", "affine"))
     lr_frame_appearance: float = option(1e-3, low=0, high=10)
     frame_appearance_reg: float = option(1.0, low=0, high=1000)  # squared size of the corrections
+    # depth of the camera renders against the nearest training sweep's returns (nurec_usd.train.lidar_depth):
+    # relative L1 weighed like the image term per view (0: off); at most depth_points targets a frame
+    depth_weight: float = option(0.0, low=0, high=1000)
+    depth_points: int = option(20_000, low=1, high=10_000_000)
+    # no Gaussian grows past this size (metres, each axis; 0: no cap): large splats smear thin or
+    # sparsely seen geometry (foliage, poles) into the views between the training ones
+    max_scale_m: float = option(0.0, low=0, high=1e6)
     opacity_reg: float = option(0.01, low=0, high=1000)
     scale_reg: float = option(0.01, low=0, high=1000)
     # learning rates

@@ -35,6 +35,7 @@ from nurec_usd.train.appearance import FrameAppearance
 from nurec_usd.train.config import TrainConfig
 from nurec_usd.train.data import CaptureData, FrameGroup
 from nurec_usd.train.densify import perturb_transparent, relocate_and_grow
+from nurec_usd.train.lidar_depth import LidarDepthTargets, depth_loss
 from nurec_usd.train.losses import image_loss, lidar_loss, regularisers
 from nurec_usd.train.metrics import psnr
 from nurec_usd.util.profiling import StepProfiler
@@ -65,8 +66,11 @@ class Trainer:
               "sh0": "lr_sh0", "shN": "lr_shN", "intensity_logits": "lr_intensity"}
 
     def __init__(self, scene: Scene, data: CaptureData, config: TrainConfig,
-                 log: Callable[[str], None] | None = None, profiler: StepProfiler | None = None):
-        """``profiler``: times the parts of a window of steps (``nurec_usd.util.profiling``); None: off."""
+                 log: Callable[[str], None] | None = None, profiler: StepProfiler | None = None,
+                 depth_targets: LidarDepthTargets | None = None):
+        """``profiler``: times the parts of a window of steps (``nurec_usd.util.profiling``); None: off.
+        ``depth_targets``: the lidar's depths of the training frames, for the ``depth_weight`` term
+        (None: the term is off)."""
         if not data.train_frames:
             raise ValueError("the capture has no camera frames to train on (all are held out, or there are none)")
         self.scene, self.data, self.cfg = scene, data, config
@@ -99,6 +103,7 @@ class Trainer:
                            "name": "tracks"})
         self.optimizer = FusedAdam(groups, betas=betas)
         self.renderer = SceneRenderer(scene, actor_motion=config.lidar_actor_motion)
+        self.depth_targets = depth_targets if config.depth_weight > 0 else None
         self.exact = self.device.type != "cuda"  # on the CPU a host read costs nothing: size buffers exactly
         # one capacity per kind of render (camera set and level, or lidar): their counts differ
         self.capacities: dict[tuple, IntersectionCapacity] = {}
@@ -168,7 +173,10 @@ class Trainer:
             views = data.camera_views(group, level)
             target, mask = data.target_images(group, level)
             kind = ("camera", level, tuple(ref.camera for ref in group.frames))
-            settings = self._settings(kind, lambda c: RenderSettings(capacity=c, depth=False))
+            use_depth = self.depth_targets is not None
+            settings = self._settings(kind, lambda c: RenderSettings(capacity=c, depth=use_depth))
+            if settings is None and use_depth:  # exact size (the renderer's default renders no depth)
+                settings = RenderSettings(depth=True)
         with prof.part("camera forward"):
             out = self.renderer.cameras(views, settings)
         with prof.part("camera loss"):
@@ -179,6 +187,9 @@ class Trainer:
             loss = image_loss(image, target, mask, cfg.ssim_weight)
             if self.appearance is not None:
                 loss = loss + cfg.frame_appearance_reg * self.appearance.penalty(corrections)
+            if use_depth:
+                flat, depths = self.depth_targets.gathered(group, level)
+                loss = loss + cfg.depth_weight * n_views * depth_loss(out.raw.depth, flat, depths)
             overflow = out.raw.overflow.int()
             self._observe(kind, out.raw)
         if cfg.lidar_every and data.train_sweeps and step % cfg.lidar_every == 0:
@@ -214,6 +225,9 @@ class Trainer:
             decay = self._lr_factor()
             for p in (scene.static, scene.actors):
                 perturb_transparent(p, cfg.noise_scale * decay, cfg.dead_opacity, self.gen)
+                if cfg.max_scale_m > 0:
+                    with torch.no_grad():
+                        p.log_scales.clamp_(max=math.log(cfg.max_scale_m))
             with torch.no_grad():
                 quality = psnr(image.detach().clamp(0, 1), target, mask)
         return {"loss": loss.detach(), "psnr": quality, "overflow": overflow.sum()}
