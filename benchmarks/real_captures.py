@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -36,8 +37,8 @@ DATA = REPO.parent / "shared" / "data"
 CAPTURES = {"kitti_udacity": ("kitti_udacity/2011_09_26", 4), "tri_dgp": ("tri_dgp/scene_dataset_v1.0.json", 2)}
 
 
-def run_one(path: Path, eval_every: int, args: argparse.Namespace, options: dict) -> dict:
-    """One build of a capture; returns its row."""
+def run_one(path: Path, eval_every: int, args: argparse.Namespace, options: dict, sheet_as: Path | None = None) -> dict:
+    """One build of a capture; returns its row. ``sheet_as``: where to keep its held-out contact sheet."""
     from nurec_usd import build
 
     with tempfile.TemporaryDirectory(prefix="real_capture_") as tmp:
@@ -50,6 +51,10 @@ def run_one(path: Path, eval_every: int, args: argparse.Namespace, options: dict
                            **options)
         wall = time.perf_counter() - started
         m = json.loads((Path(tmp) / "run" / "metrics.json").read_text())
+        sheet = Path(tmp) / "run" / "eval_sheet.png"
+        if sheet_as is not None and sheet.is_file():
+            sheet_as.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(sheet, sheet_as)
     ego = m.get("ego", {})
     shares = [c.get("share", 0.0) for c in ego.get("cameras", {}).values()]
     return {"status": result.status, "steps": m.get("steps"), "held_out_frames": m.get("held_out_frames"),
@@ -76,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DATA, help="the real data folder (default: ../shared/data)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("--verbose", action="store_true", help="print the builds' messages")
+    parser.add_argument("--sheets", type=Path, default=None,
+                        help="keep each build's held-out contact sheet here, as CAPTURE.png")
     args = parser.parse_args(argv)
     options = dict(args.set)
     names = [c for c in args.captures.split(",") if c]
@@ -93,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         if not path.exists():
             print(f"{name:<14} not found under {args.data}; skipped")
             continue
-        r = run_one(path, eval_every, args, options)
+        r = run_one(path, eval_every, args, options, None if args.sheets is None else args.sheets / f"{name}.png")
         rows[name] = {"eval_every": eval_every, **r}
         print(f"{name:<14} {eval_every:>4} {r['steps']:>5} {_f(r['psnr'], '.2f'):>6} {_f(r['ssim'], '.3f'):>6} "
               f"{_f(r['baseline_psnr'], '.2f'):>6} {_f(r['lidar_median_range_error_m'], '.3f'):>8} "
