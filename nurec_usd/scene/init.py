@@ -344,11 +344,13 @@ def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: t
 
 
 ABOVE_BANDS = 64  # image columns are split into this many bands to find the top of the lidar's coverage
+ABOVE_PIXELS_PER_POINT = 32  # a frame seeds at most one point per this many pixels above the coverage
 
 
 def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_pts: torch.Tensor,  # [Ns, 3] world
                        count: int, device: torch.device, images: ImageSource | None = None,
-                       masks: MaskSource | None = None, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                       masks: MaskSource | None = None, seed: int = 0,
+                       pixels_per_point: float = ABOVE_PIXELS_PER_POINT) -> tuple[torch.Tensor, torch.Tensor]:
     """Points where the cameras see above the lidar's reach, coloured by their pixel.
 
     A spinning lidar sees a few degrees above the horizon at most, so the upper part of a view
@@ -357,7 +359,9 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
     point marks the top of the coverage; pixels above it (and not masked) are drawn at random,
     each placed along its ray at the distance of that band's highest points (what stands above
     a facade's last return is mostly more facade), spread by a factor of about 1.25 either way.
-    Bands without a lidar point get none (no distance to guess from).
+    Bands without a lidar point get none (no distance to guess from). Each frame draws an equal
+    share of ``count``, at most one point per ``pixels_per_point`` pixels above its coverage
+    (small images get few points: on a CPU every Gaussian costs).
 
     Returns world points ``[M, 3]`` float64 and colours ``[M, 3]`` in [0, 1] (M <= ``count``).
     """
@@ -402,12 +406,19 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
     for k, (cam_id, fi) in enumerate(frames):
         cam = capture.cameras[cam_id]
         band_w = -(-cam.width // ABOVE_BANDS)
-        u = torch.randint(0, cam.width, (per,), generator=gen)
+        # no more points than the room above the coverage has pixels to tell them apart
+        widths = (cam.width - torch.arange(ABOVE_BANDS) * band_w).clamp(0, band_w)
+        rows = (tops_host[k][:ABOVE_BANDS] - 2.0).nan_to_num(0.0, posinf=0.0).clamp(0, cam.height)
+        area = float((widths * torch.where(rows >= 1.0, rows, torch.zeros_like(rows))).sum())
+        draws = min(per, int(area / pixels_per_point))
+        if draws < 1:
+            continue
+        u = torch.randint(0, cam.width, (draws,), generator=gen)
         b = u // band_w
         room = tops_host[k][b] - 2.0  # pixel rows above the band's top, less a margin
         ok = torch.isfinite(room) & (room >= 1.0)
-        v_px = (torch.rand(per, generator=gen, dtype=torch.float64) * room.clamp(0, cam.height)).floor().long()
-        spread = torch.exp(torch.randn(per, generator=gen, dtype=torch.float64) * 0.2)
+        v_px = (torch.rand(draws, generator=gen, dtype=torch.float64) * room.clamp(0, cam.height)).floor().long()
+        spread = torch.exp(torch.randn(draws, generator=gen, dtype=torch.float64) * 0.2)
         u, v_px, b, spread = u[ok], v_px[ok], b[ok], spread[ok]
         if u.numel() == 0:
             continue

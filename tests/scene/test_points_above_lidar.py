@@ -25,7 +25,7 @@ def test_points_lie_on_the_surfaces_above_the_lidar(handmade_capture):
     cap = load_any(handmade_capture)
     static = _static_points(cap)
     frame = ("front", 0)
-    pts, rgb = points_above_lidar(cap, [frame], static, 2000, torch.device("cpu"), seed=2)
+    pts, rgb = points_above_lidar(cap, [frame], static, 2000, torch.device("cpu"), seed=2, pixels_per_point=1)
     assert 1500 <= pts.shape[0] <= 2000
     cam = cap.cameras["front"]
     _, model, intr, R, pos, _, _ = next(c for c in CAMERAS if c[0] == "front")
@@ -69,7 +69,8 @@ def test_masked_pixels_seed_nothing(handmade_capture):
                                                                                             dtype=torch.float64)
     rows = []
     for masks in (None, lambda _c, _i: top_masked):
-        pts, _ = points_above_lidar(cap, [("front", 0)], static, 2000, torch.device("cpu"), masks=masks)
+        pts, _ = points_above_lidar(cap, [("front", 0)], static, 2000, torch.device("cpu"), masks=masks,
+                                    pixels_per_point=1)
         uv, _ = cam.sensor_model(dtype=torch.float64).project((pts - T_wc[:3, 3]) @ T_wc[:3, :3])
         rows.append((uv[:, 1] + 0.5).floor())
     assert float(rows[0].min()) == 0 and float(rows[0].max()) < 30
@@ -102,3 +103,15 @@ def test_the_initial_scene_counts_them_in_max_points(handmade_capture):
         lidar_only, none = build(0, lidar_cap)
         assert none == 0 and 0.7 * min(above, max_points // 4) <= extra <= min(above, max_points // 4)
         assert total == lidar_only + extra <= max_points
+
+
+def test_a_frame_seeds_no_more_points_than_its_pixels_above_the_coverage(handmade_capture):
+    """However many points are asked for, a frame draws one per ``pixels_per_point`` pixels of
+    the room above its coverage at most: 32 pixels a point give about a 32nd of 1 pixel a point."""
+    cap = load_any(handmade_capture)
+    static = _static_points(cap)
+    n = {ppp: points_above_lidar(cap, [("front", 0)], static, 10**6, torch.device("cpu"),
+                                 pixels_per_point=ppp)[0].shape[0] for ppp in (1, 32)}
+    cam = cap.cameras["front"]
+    assert n[1] < cam.width * cam.height / 2  # the room above the lidar's top beam: far less than the image
+    assert 25 < n[1] / n[32] < 40
