@@ -217,12 +217,50 @@ def collision_mesh(scene: Scene, device: str | torch.device = "cpu", voxel_m: fl
             break
         mesh.remove_vertices_by_index(pinched.tolist())
     mesh.remove_unreferenced_vertices()
+    _orient_consistently(mesh)
     vertices = np.asarray(mesh.vertices, dtype=np.float32)  # [V, 3]
     faces = np.asarray(mesh.triangles, dtype=np.int32)  # [F, 3]
     if len(faces) == 0:
         raise ValueError(f"collision mesh: no surface of at least {MIN_CLUSTER_TRIANGLES} triangles was found "
                          f"in {fused} views")
     return vertices, faces
+
+
+def _face_normals(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:  # [V, 3], [F, 3] -> [F, 3]
+    v = vertices.astype(np.float64)
+    return np.cross(v[faces[:, 1]] - v[faces[:, 0]], v[faces[:, 2]] - v[faces[:, 0]])
+
+
+def _orient_consistently(mesh: Any) -> None:
+    """Winds the triangles of an edge-manifold open3d mesh consistently (each edge in opposite
+    directions in its two faces, as validators and physics engines expect; decimation can flip
+    single faces), keeping the winding most faces of each connected piece had. Where a piece
+    cannot be oriented, the faces on its clashing edges are dropped until it can."""
+    import open3d as o3d
+
+    for _ in range(10):
+        faces = np.asarray(mesh.triangles).copy()  # [F, 3]
+        if not len(faces):
+            return
+        before = _face_normals(np.asarray(mesh.vertices), faces)  # [F, 3]
+        if mesh.orient_triangles():
+            break
+        # not orientable as it is: drop the faces of every edge two faces run in the same direction
+        edges = np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]])  # [3F, 2]
+        _, inverse, counts = np.unique(edges, axis=0, return_inverse=True, return_counts=True)
+        clash = (counts[inverse.reshape(-1)] > 1).reshape(3, -1).any(0)  # [F]
+        mesh.triangles = o3d.utility.Vector3iVector(faces[~clash])  # the winding before the failed attempt
+        mesh.remove_unreferenced_vertices()
+    else:
+        return  # still not orientable: left as it is (not seen on any scene)
+    oriented = np.asarray(mesh.triangles).copy()  # [F, 3]
+    flipped = (_face_normals(np.asarray(mesh.vertices), oriented) * before).sum(-1) < 0  # [F]
+    piece = np.asarray(mesh.cluster_connected_triangles()[0])  # [F]
+    share = np.bincount(piece, weights=flipped.astype(np.float64)) / np.bincount(piece)
+    back = share[piece] > 0.5  # the piece was oriented from one of its few flipped faces: turn it all back
+    if back.any():
+        oriented[back] = oriented[back][:, ::-1]
+        mesh.triangles = o3d.utility.Vector3iVector(np.ascontiguousarray(oriented))
 
 
 def vertex_normals(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:  # [V, 3], [F, 3] -> [V, 3]

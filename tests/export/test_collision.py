@@ -150,8 +150,38 @@ def test_mesh_is_a_valid_triangle_mesh(fused):
     edges = np.sort(faces[:, [0, 1, 1, 2, 2, 0]].reshape(-1, 2), axis=1)
     _, uses = np.unique(edges, axis=0, return_counts=True)
     assert uses.max() <= 2
+    assert _same_direction_edges(faces) == 0, "inconsistent winding"
     # one progress call per view, in order, ending at the total
     assert calls == [(k + 1, 12) for k in range(12)]
+
+
+def _same_direction_edges(faces: np.ndarray) -> int:  # [F, 3]
+    """Edges that two faces run in the same direction: 0 where the winding is consistent."""
+    _, uses = np.unique(faces[:, [0, 1, 1, 2, 2, 0]].reshape(-1, 2), axis=0, return_counts=True)
+    return int((uses > 1).sum())
+
+
+def test_a_flipped_face_is_turned_back_and_the_pieces_keep_their_winding():
+    """Two closed boxes, outward: one face of the first flipped (as decimation can leave it), the
+    second flipped all over but for one face. The helper winds each consistently and as most of
+    its faces were: the first outward again, the second inward."""
+    box = o3d.geometry.TriangleMesh.create_box()
+    v = np.asarray(box.vertices)
+    f = np.asarray(box.triangles)
+    verts = np.concatenate([v, v + 3.0])
+    second = f[:, ::-1] + len(v)
+    second[0] = second[0][::-1]
+    faces = np.concatenate([f, second])
+    faces[0] = faces[0][::-1]  # the first face of each piece is the odd one: orienting from it turns the rest
+    assert _same_direction_edges(faces) > 0
+    mesh = o3d.geometry.TriangleMesh(o3d.utility.Vector3dVector(verts), o3d.utility.Vector3iVector(faces))
+    collision._orient_consistently(mesh)
+    got = np.asarray(mesh.triangles)
+    assert len(got) == 24 and _same_direction_edges(got) == 0
+    normals = np.cross(verts[got[:, 1]] - verts[got[:, 0]], verts[got[:, 2]] - verts[got[:, 0]])  # [24, 3]
+    centres = verts[got].mean(1)
+    outward = (normals * (centres - np.where(np.arange(24)[:, None] < 12, 0.5, 3.5))).sum(-1) > 0
+    assert outward[:12].all() and not outward[12:].any()
 
 
 def test_mesh_lies_on_the_true_surfaces(fused):
