@@ -447,41 +447,55 @@ def spread_evenly(items: list, count: int) -> list:
 
 
 def sky_init(capture: Capture, frames: list[tuple[str, int]], rows: int,
-             images: ImageSource | None = None) -> torch.Tensor:
-    """A uniform sky map (``[3, rows, 4 rows]``, pre-sigmoid) at the mean colour of the images' top rows."""
+             images: ImageSource | None = None, masks: MaskSource | None = None) -> torch.Tensor:
+    """A uniform sky map (``[3, rows, 4 rows]``, pre-sigmoid) at the mean colour of the images' top
+    rows (a tenth of each image), leaving out the pixels ``masks`` sets False (the ego vehicle's)."""
     images = images or decoded_images(capture)
     tops = []
     for cam_id, fi in frames:
         img = images(cam_id, fi)
-        tops.append(img[: max(1, img.shape[0] // 10)].reshape(-1, 3).double().mean(0).cpu() / 255.0)
+        top = img[: max(1, img.shape[0] // 10)].reshape(-1, 3).double()  # [P, 3]
+        mask = None if masks is None else masks(cam_id, fi)
+        if mask is not None:
+            top = top[mask[: max(1, img.shape[0] // 10)].reshape(-1).to(top.device)]
+        if top.shape[0]:
+            tops.append(top.mean(0).cpu() / 255.0)
     colour = (torch.stack(tops).mean(0) if tops else torch.tensor([0.6, 0.7, 0.8])).float()
     return torch.logit(colour.clamp(0.02, 0.98))[:, None, None].expand(3, rows, 4 * rows).contiguous()
 
 
 def frustum_points(capture: Capture, frames: list[tuple[str, int]], count: int,
-                   near: float = 2.0, far: float = 100.0, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                   near: float = 2.0, far: float = 100.0, seed: int = 0, images: ImageSource | None = None,
+                   masks: MaskSource | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Random points in the training cameras' frusta (uniform in inverse depth), coloured by their pixel.
 
-    Returns world points ``[count, 3]`` float64 and colours ``[count, 3]``.
+    ``images``: where the frames come from (default: decoded from the files). ``masks``: pixels
+    set False (the ego vehicle's) seed no point.
+    Returns world points ``[M, 3]`` float64 and colours ``[M, 3]`` (M <= ``count``: the draws
+    that fell on masked pixels are left out).
     """
     gen = torch.Generator().manual_seed(seed)
     rig = capture.rig_trajectory()
+    images = images or decoded_images(capture)
     per = -(-count // max(1, len(frames)))
     pts, cols = [], []
     for cam_id, fi in frames:
         cam = capture.cameras[cam_id]
         frame = cam.frames[fi]
-        img = torch.from_numpy(np.array(frame.load_image())).float() / 255.0
         u = torch.randint(0, cam.width, (per,), generator=gen)
         v = torch.randint(0, cam.height, (per,), generator=gen)
         inv = 1.0 / far + torch.rand(per, generator=gen, dtype=torch.float64) * (1.0 / near - 1.0 / far)
+        mask = None if masks is None else masks(cam_id, fi)
+        if mask is not None:
+            keep = mask.cpu()[v, u]
+            u, v, inv = u[keep], v[keep], inv[keep]
         rays = cam.sensor_model(dtype=torch.float64).unproject(torch.stack((u, v), -1).double())
         rays = rays / rays.norm(dim=-1, keepdim=True)
         t = float(capture.seconds(frame.timestamp_us))
         T_wc = rig.at(torch.tensor([t], dtype=torch.float64))[0] @ torch.as_tensor(cam.T_rig_camera,
                                                                                  dtype=torch.float64)
         pts.append(transform_points(T_wc, rays / inv[:, None]))
-        cols.append(img[v, u])
+        cols.append(images(cam_id, fi).cpu()[v, u].float() / 255.0)
     return torch.cat(pts)[:count], torch.cat(cols)[:count]
 
 
@@ -582,7 +596,8 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
         static_int = torch.full((static_pts.shape[0],), 0.2, dtype=torch.float64, device=device)
         say(f"no lidar: {static_pts.shape[0]:,} SfM points")
     else:
-        static_pts, static_rgb = frustum_points(capture, colour_frames, config.random_points)
+        static_pts, static_rgb = frustum_points(capture, colour_frames, config.random_points, images=images,
+                                                masks=masks)
         static_pts, static_rgb = static_pts.to(device), static_rgb.to(device)
         static_int = torch.full((static_pts.shape[0],), 0.2, dtype=torch.float64, device=device)
         voxel = config.voxel_m
@@ -619,7 +634,7 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
         centres = torch.as_tensor(capture.rig.T_world_rig[:, :3, 3])
         position_scale = max(float((centres - centres.mean(0)).norm(dim=-1).max()) / 10.0, 1e-3)
     with part("sky"):
-        sky = sky_init(capture, colour_frames, config.sky_rows, images).to(device)
+        sky = sky_init(capture, colour_frames, config.sky_rows, images, masks).to(device)
     return Scene(static=static, actors=actors, actor_index=actor_index, tracks=tracks, sky=sky, camera_ids=cam_ids,
                  exposure=torch.zeros(len(cam_ids), 6, device=device), sh_degree=0,
                  world_offset_m=[float(x) for x in capture.world_offset_m],

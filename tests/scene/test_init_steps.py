@@ -240,3 +240,42 @@ def test_masked_pixels_colour_no_point():
     whole, _ = colour_points(capture, only_front, pts, actors, tracks, torch.device("cpu"))
     lost = (whole != 0.5).any(-1) & (top_only == 0.5).all(-1)  # seen by the front camera, in its lower half only
     assert int(lost.sum()) > 20 and bool(torch.equal(top_only[~lost], whole[~lost]))
+
+
+def test_masked_pixels_seed_no_frustum_point_and_no_sky_colour():
+    """Captures without lidar or SfM points: ``frustum_points`` draws no point on a masked pixel
+    (the front camera's lower half masked, every point of that frame lands in its upper half,
+    coloured by its pixel; all masked, none); ``sky_init`` averages the unmasked top pixels only."""
+    from pathlib import Path
+
+    from nurec_usd.capture import load_capture
+    from nurec_usd.scene.init import frustum_points, sky_init
+
+    capture = load_capture(Path(__file__).resolve().parents[2] / "samples" / "tiny")
+    front = next(iter(capture.cameras))
+    cam = capture.cameras[front]
+    h, w = cam.height, cam.width
+    upper = torch.ones(h, w, dtype=torch.bool)
+    upper[h // 2:] = False
+    pts, rgb = frustum_points(capture, [(front, 0)], 2000, masks=lambda c, i: upper)
+    assert 800 < pts.shape[0] < 1200  # about half the draws
+    t = torch.tensor([float(capture.seconds(cam.frames[0].timestamp_us))], dtype=torch.float64)
+    T_wc = capture.rig_trajectory().at(t)[0] @ torch.as_tensor(cam.T_rig_camera, dtype=torch.float64)
+    uv, ok = cam.sensor_model(dtype=torch.float64).project((pts - T_wc[:3, 3]) @ T_wc[:3, :3])
+    px = (uv + 0.5).floor().long()
+    assert bool(ok.all()) and int(px[:, 1].max()) < h // 2
+    image = torch.from_numpy(np.array(cam.frames[0].load_image())).float() / 255
+    assert torch.allclose(rgb, image[px[:, 1], px[:, 0]], atol=1e-6)
+    none, _ = frustum_points(capture, [(front, 0)], 2000, masks=lambda c, i: torch.zeros(h, w, dtype=torch.bool))
+    assert none.shape[0] == 0
+
+    # top rows: red on the left half (masked), blue on the right
+    painted = torch.zeros(h, w, 3, dtype=torch.uint8)
+    painted[:, : w // 2, 0] = 255
+    painted[:, w // 2:, 2] = 255
+    right = torch.zeros(h, w, dtype=torch.bool)
+    right[:, w // 2:] = True
+    sky = torch.sigmoid(sky_init(capture, [(front, 0)], 2, images=lambda c, i: painted, masks=lambda c, i: right))
+    assert torch.allclose(sky[:, 0, 0], torch.tensor([0.02, 0.02, 0.98]), atol=1e-5)
+    plain = torch.sigmoid(sky_init(capture, [(front, 0)], 2, images=lambda c, i: painted))
+    assert torch.allclose(plain[:, 0, 0], torch.tensor([0.5, 0.02, 0.5]), atol=1e-2)
