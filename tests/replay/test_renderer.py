@@ -32,14 +32,16 @@ FORWARD_PSNR_DB = 50.0
 # rolling shutter's readout ends between keys, where USD interpolates the orient quaternion
 # linearly without normalising it (GfSlerp's fallback for nearly equal quaternions) and turns it
 # into a rotation through 2 acos(w): it overstates small rotations by up to ~1e-4 rad, which the
-# Renderer's slerp does not (measured on the sample: 69.5 dB at worst; colour off by at most 0.022,
-# 4 channels above 0.01, on the f-theta lens's small far splats above the lidar's reach).
+# Renderer's slerp does not (measured on the sample: 69.5 dB at worst, colour off by at most 0.0053
+# but on the two outermost columns of the 200-degree f-theta lens, where a splat at the edge of its
+# field of view flips in or out: 4 pixels off by 0.009-0.022).
 # Float32 rounding can still flip a splat whose alpha at a pixel sits on the compositing cut-off
 # (ALPHA_MIN): such a pixel changes by at most ALPHA_MIN (seen: 3 channels of one pixel, 0.0011).
 GLOBAL_ATOL = 1e-5
 CUTOFF_PIXELS = 4
 ROLLING_PSNR_DB = 60.0
-ROLLING_ATOL = 0.05
+ROLLING_ATOL = 0.02
+ROLLING_EDGE_ATOL = 0.05  # at most CUTOFF_PIXELS pixels between ROLLING_ATOL and this
 CAMERAS = ["front", "front_left", "rear_fisheye", "right_ftheta"]
 
 
@@ -141,10 +143,11 @@ def test_a_render_at_a_recorded_pose_equals_replay(renderer, replay):
         for cam in CAMERAS:
             want = replay.render_camera(cam, t, K)
             rolling = replay.cameras[cam].shutter != "global"
+            off = (got.cameras[cam].rgb[0] - want).abs().amax(-1)  # [H, W]
             if rolling:
-                torch.testing.assert_close(got.cameras[cam].rgb[0], want, atol=ROLLING_ATOL, rtol=0)
+                assert float(off.max()) <= ROLLING_EDGE_ATOL and int((off > ROLLING_ATOL).sum()) <= CUTOFF_PIXELS, \
+                    (cam, t, float(off.max()), int((off > ROLLING_ATOL).sum()))
             else:
-                off = (got.cameras[cam].rgb[0] - want).abs().amax(-1)  # [H, W]
                 assert float(off.max()) <= ALPHA_MIN and int((off > GLOBAL_ATOL).sum()) <= CUTOFF_PIXELS, \
                     (cam, t, float(off.max()), int((off > GLOBAL_ATOL).sum()))
             if rolling:
