@@ -36,7 +36,11 @@ How it maps to a ``Capture``:
   one, else from sharp peaks of the points' elevation histogram (a spinning lidar seen
   from its own origin), else -- as for DDAD, whose clouds merge several sensors -- channels
   at evenly spaced quantiles of the points' elevations. The table only describes ray
-  directions approximately; the points themselves are kept exactly. Every point gets
+  directions approximately; the points themselves are kept exactly. DDAD's merged clouds
+  are in the vehicle frame, whose origin is on the road: seen from there every ground
+  return lies at elevation 0, so the model's origin is raised to the cameras' mean height
+  (``SENSOR_HEIGHT_M`` without cameras) and the points re-expressed from it whenever the
+  ground lies within 0.5 m of a cloud's origin. Every point gets
   the sweep's timestamp (time offset 0), because DGP gives each sweep a single pose and
   its points are relative to it; firing times from a spinning model would move the
   points by up to a sweep's worth of ego motion (a ``TIMESTAMP`` channel, when present,
@@ -91,7 +95,10 @@ __all__ = ["DGPWarning", "detect", "load", "estimate_channel_table", "cache_root
 
 # Bump when the conversion of sweeps (or the cached lidar description) changes, so old
 # cache folders are not reused.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+# How high a merged cloud's model origin sits above the road when the capture has no camera to
+# take the height from (a roof-mounted lidar's, about KITTI's and nuScenes' 1.7-1.9 m).
+SENSOR_HEIGHT_M = 1.8
 BOUNDING_BOX_3D = "1"  # dgp.proto.AnnotationType.BOUNDING_BOX_3D, the key of datum annotations
 # dgp.proto.PointCloud.ChannelType: protobuf json may write an enum by name or number.
 POINT_CHANNELS = {0: "X", 1: "Y", 2: "Z", 3: "INTENSITY", 4: "R", 5: "G", 6: "B", 7: "RING",
@@ -455,8 +462,11 @@ class _SceneLoader:
                 point_cloud_sensors.append((name, ds))
         self.found.raise_if_any()
         lidar_info: dict[str, Any] = {}
+        # a cloud whose origin is on the road is seen from the cameras' mean height instead
+        heights = [float(cam.T_rig_camera[2, 3]) for cam in cameras.values()]
+        sensor_height = float(np.mean(heights)) if heights else SENSOR_HEIGHT_M
         for name, ds in point_cloud_sensors:
-            lidar, info = self._lidar(name, ds, sensor_calib[name])
+            lidar, info = self._lidar(name, ds, sensor_calib[name], sensor_height)
             if lidar is not None:
                 lidars[lidar.id] = lidar
                 lidar_info[lidar.id] = info
@@ -685,7 +695,8 @@ class _SceneLoader:
 
     # -- lidars -------------------------------------------------------------------------
 
-    def _lidar(self, name: str, ds: list[_Datum], cal: _Calibration) -> tuple[Lidar | None, dict[str, Any]]:
+    def _lidar(self, name: str, ds: list[_Datum], cal: _Calibration,
+               sensor_height_m: float) -> tuple[Lidar | None, dict[str, Any]]:
         sweeps: list[_SweepInput] = []
         duplicates = 0
         for d in sorted(ds, key=lambda d: (d.timestamp_us, d.index)):
@@ -710,7 +721,7 @@ class _SceneLoader:
         if self.found.items or not sweeps:
             return None, {}
         try:
-            spec = convert_sweeps(sensor_id(name), sweeps)
+            spec = convert_sweeps(sensor_id(name), sweeps, sensor_height_m)
         except _SweepError as exc:
             self.found.add(exc.file, exc.field, exc.message)
             return None, {}
@@ -911,9 +922,11 @@ def read_dgp_points(path: Path, point_format: tuple[str, ...] = (), rel: str | N
     return {k: v[keep] for k, v in cols.items()}
 
 
-def convert_sweeps(lidar_id: str, sweeps: list[_SweepInput]) -> dict[str, Any]:
+def convert_sweeps(lidar_id: str, sweeps: list[_SweepInput], sensor_height_m: float = SENSOR_HEIGHT_M) -> dict[str, Any]:
     """Convert DGP sweeps to ``.nrl`` (cached) and describe the estimated spinning model
-    (``sweep_cache.convert_compensated_sweeps``: DGP gives each sweep one pose).
+    (``sweep_cache.convert_compensated_sweeps``: DGP gives each sweep one pose). A cloud whose
+    origin lies on the road (DDAD merges its lidars into the vehicle frame, whose origin is on
+    the ground) is modelled from ``sensor_height_m`` above the road.
 
     Returns a dict with the model's fields (``elevation_deg``, ``columns``, ...), ``sweeps``
     (timestamp and file name), ``folder`` (the cache folder), ``method`` and ``note``.
@@ -922,6 +935,7 @@ def convert_sweeps(lidar_id: str, sweeps: list[_SweepInput]) -> dict[str, Any]:
                                            f"{s.timestamp_us} {','.join(s.point_format)} ") for s in sweeps]
     formats = {s.path: s.point_format for s in sweeps}  # the reader's column names, per file
     return sweep_cache.convert_compensated_sweeps(
-        f"nurec_usd dgp sweeps v{CACHE_VERSION} {lidar_id}\n", inputs,
+        f"nurec_usd dgp sweeps v{CACHE_VERSION} {lidar_id} {sensor_height_m:.4f}\n", inputs,
         lambda s: read_dgp_points(s.path, formats[s.path], s.rel), _SweepError,
-        rotation="counterclockwise", default_scan_rate_hz=DEFAULT_SCAN_RATE_HZ, max_spacing_s=MAX_SWEEP_SPACING_S)
+        rotation="counterclockwise", default_scan_rate_hz=DEFAULT_SCAN_RATE_HZ, max_spacing_s=MAX_SWEEP_SPACING_S,
+        raised_origin_m=sensor_height_m)

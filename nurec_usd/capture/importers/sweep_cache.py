@@ -4,7 +4,8 @@ The DGP, KITTI and nuScenes importers convert a lidar's sweeps into one cache fo
 ``cache_root()/<key>/`` (``key``: a hash of the inputs; ``lookup`` finds a finished one), holding the
 ``.nrl`` files and a ``lidar.json`` (``SPEC_NAME``): the estimated spinning model
 (``elevation_deg``, ``columns``, ``rotation``, ``scan_rate_hz``, ``start_azimuth_deg``,
-``min_range_m``, ``max_range_m``), ``sweeps`` (``timestamp_us`` and ``file`` each) and the
+``min_range_m``, ``max_range_m``, ``origin_m``: where the model's origin sits in the points' own
+frame, zero unless raised off the road), ``sweeps`` (``timestamp_us`` and ``file`` each) and the
 importer's notes (``method``, ``note``, ``intensity_scale``, ``cache``). The folder is built
 in a staged sibling and renamed into place whole (``staged_folder`` and ``publish_spec``),
 so a folder that is there is complete; ``cached_spec`` still checks every sweep header.
@@ -127,8 +128,10 @@ def publish_spec(stage: StagedDirectory, spec: dict[str, Any]) -> dict[str, Any]
 def lidar_from_spec(spec: dict[str, Any], lidar_id: str, T_rig_lidar: np.ndarray) -> tuple[Lidar, dict[str, Any]]:
     """The ``Lidar`` of a converted (cached) spec, and what the importer noted about it (``SPEC_INFO``)."""
     folder = Path(spec["folder"])
+    mount = np.eye(4)
+    mount[:3, 3] = spec.get("origin_m", (0.0, 0.0, 0.0))  # the points are relative to the model's origin
     lidar = Lidar(
-        id=lidar_id, T_rig_lidar=T_rig_lidar.copy(),
+        id=lidar_id, T_rig_lidar=T_rig_lidar @ mount,
         elevation_deg=np.asarray(spec["elevation_deg"], dtype=np.float64),
         azimuth_offset_deg=np.zeros(len(spec["elevation_deg"])), columns=int(spec["columns"]),
         rotation=spec["rotation"], scan_rate_hz=float(spec["scan_rate_hz"]),
@@ -152,6 +155,20 @@ def spherical(xyz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     p = np.asarray(xyz, dtype=np.float64)
     rho = np.hypot(p[:, 0], p[:, 1])
     return np.degrees(np.arctan2(p[:, 1], p[:, 0])), np.degrees(np.arctan2(p[:, 2], rho)), np.hypot(rho, p[:, 2])
+
+
+GROUND_BAND_M = (3.0, 15.0)  # horizontal distances whose lowest returns tell where the ground is
+ON_GROUND_M = 0.5  # an origin within this height of the ground is on it (no spinning lidar is mounted there)
+
+
+def ground_below(xyz: np.ndarray) -> float | None:
+    """The ground's height in the points' frame (z up): the 5th percentile of the heights of the
+    returns 3 to 15 m away horizontally, where a vehicle's sensors see mostly road. None when
+    fewer than 100 returns lie there."""
+    p = np.asarray(xyz, dtype=np.float64)
+    rho = np.hypot(p[:, 0], p[:, 1])
+    z = p[(rho >= GROUND_BAND_M[0]) & (rho <= GROUND_BAND_M[1]) & np.isfinite(p[:, 2]), 2]
+    return float(np.percentile(z, 5)) if len(z) >= 100 else None
 
 
 def nearest_channel(elevation_deg: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -353,7 +370,8 @@ class CompensatedSweep:
 def convert_compensated_sweeps(header: str, sweeps: list[CompensatedSweep],
                                read: Callable[[CompensatedSweep], dict[str, np.ndarray]],
                                error: Callable[[str, str, str], Exception], *, rotation: str,
-                               default_scan_rate_hz: float, max_spacing_s: float = 0.2) -> dict[str, Any]:
+                               default_scan_rate_hz: float, max_spacing_s: float = 0.2,
+                               raised_origin_m: float | None = None) -> dict[str, Any]:
     """Convert sweeps whose points are motion-compensated to the sweep's timestamp (DGP, nuScenes)
     to ``.nrl`` in the cache (``lookup``), with an estimated spinning model.
 
@@ -366,19 +384,32 @@ def convert_compensated_sweeps(header: str, sweeps: list[CompensatedSweep],
     they are at most ``max_spacing_s`` apart, else ``default_scan_rate_hz``; ``rotation``,
     the start azimuth (0) and the columns are nominal.
 
+    ``raised_origin_m``: when the points' origin lies on the ground (``ground_below``), as in
+    clouds merged from several sensors into a vehicle frame on the road (DDAD), the model's
+    origin is put this high above the ground and the points are re-expressed from there
+    (``origin_m`` in the description; ``lidar_from_spec`` moves the lidar's mount with it). Seen
+    from the road itself, every ground return lies at elevation 0 whatever its distance: the
+    ground falls into a few channels and the model's rays graze it. None: the origin stays.
+
     Returns the cached description (see the module docstring), with its ``folder``.
     """
     key, folder, spec = lookup(header, ((s.tag, s.path, s.rel) for s in sweeps), error)
     if spec is not None:
         return spec
 
-    # Pass 1: the channel table and intensity scale from a sample of the sweeps.
+    # Pass 1: the model's origin, the channel table and the intensity scale from a sample of the sweeps.
     pick = sample_indices(len(sweeps))
+    first = read(sweeps[pick[0]])
+    origin = np.zeros(3)
+    if raised_origin_m is not None:  # the first sweep tells where the ground is
+        ground = ground_below(np.stack([first["X"], first["Y"], first["Z"]], axis=1))
+        if ground is not None and abs(ground) <= ON_GROUND_M:
+            origin[2] = ground + raised_origin_m
     els, rngs, rings, intensity_max, counts = [], [], [], 0.0, []
     first_xyz = None
-    for i in pick:
-        cols = read(sweeps[i])
-        xyz = np.stack([cols["X"], cols["Y"], cols["Z"]], axis=1)
+    for k, i in enumerate(pick):
+        cols = first if k == 0 else read(sweeps[i])
+        xyz = np.stack([cols["X"], cols["Y"], cols["Z"]], axis=1) - origin
         _, el, rng = spherical(xyz)
         step = max(1, len(el) // 200_000)  # bounded memory for the histogram
         els.append(el[::step])
@@ -414,7 +445,7 @@ def convert_compensated_sweeps(header: str, sweeps: list[CompensatedSweep],
         entries, r_min, r_max = [], math.inf, 0.0
         for s in sweeps:
             cols = read(s)
-            xyz = np.stack([cols["X"], cols["Y"], cols["Z"]], axis=1)
+            xyz = np.stack([cols["X"], cols["Y"], cols["Z"]], axis=1) - origin
             _, el, rng = spherical(xyz)
             channel = nearest_channel(el, table)
             if method == "ring-field" and "RING" in cols:  # the sensor's own channel where it is usable
@@ -436,7 +467,9 @@ def convert_compensated_sweeps(header: str, sweeps: list[CompensatedSweep],
             "scan_rate_hz": scan_rate, "start_azimuth_deg": 0.0, "min_range_m": min_range,
             "max_range_m": max_range, "sweeps": entries, "method": method, "intensity_scale": scale,
             "note": ("channel table estimated from the points (" + method + "); rotation, start azimuth and columns "
-                     "are nominal; every point carries its sweep's timestamp (time offset 0)"),
-            "cache": key,
+                     "are nominal; every point carries its sweep's timestamp (time offset 0)"
+                     + (f"; the points' origin lies on the ground: the model's origin raised {origin[2]:.2f} m"
+                        if origin.any() else "")),
+            "cache": key, "origin_m": [float(v) for v in origin],
         }
         return publish_spec(stage, spec)

@@ -250,6 +250,47 @@ def test_channel_table_finds_the_rings_of_a_spinning_lidar(native):
     assert counts.min() > 0.4 * counts.mean()  # channels are dense where the points are
 
 
+def _merged_cloud(ground_z: float, seed: int = 0) -> np.ndarray:
+    """A cloud as several sensors see a street, in a frame whose ground is at ``ground_z``: road
+    out to 40 m and two facades 12 m either side. ``[N, 4]`` XYZ + intensity."""
+    rng = np.random.default_rng(seed)
+    r, az = np.sqrt(rng.uniform(2.0**2, 40.0**2, 30_000)), rng.uniform(-np.pi, np.pi, 30_000)
+    road = np.column_stack([r * np.cos(az), r * np.sin(az), np.full(len(r), ground_z)])
+    x, z = rng.uniform(-30, 30, 10_000), rng.uniform(ground_z, ground_z + 8.0, 10_000)
+    walls = np.column_stack([x, np.where(rng.random(len(x)) < 0.5, -12.0, 12.0), z])
+    xyz = np.concatenate([road, walls])
+    return np.column_stack([xyz, rng.uniform(0, 1, len(xyz))])
+
+
+@pytest.mark.parametrize("ground_z, raised", [(0.05, True), (-1.8, False)])
+def test_a_cloud_whose_origin_is_on_the_road_is_seen_from_above_it(tmp_path, ground_z, raised):
+    """Points in a frame whose origin lies on the road (DDAD's merged clouds) get a model origin
+    the cameras' height above the road, and are re-expressed from it: the same points in the rig,
+    the road spread over many channels instead of piled at elevation 0. A cloud seen from a
+    roof-mounted lidar (the road 1.8 m below) keeps its origin."""
+    inputs = []
+    for i in range(3):
+        path = tmp_path / f"{i}.npz"
+        np.savez(path, data=_merged_cloud(ground_z, seed=i))
+        inputs.append(dgp._SweepInput(1_000_000 + 100_000 * i, path, path.name, ("X", "Y", "Z", "INTENSITY")))
+    spec = dgp.convert_sweeps("LIDAR", inputs, sensor_height_m=1.4)
+    lidar, info = sweep_cache.lidar_from_spec(spec, "LIDAR", np.eye(4))
+    origin = lidar.T_rig_lidar[:3, 3]
+    if raised:
+        # the ground's estimate is the road's height exactly here (its 5th percentile)
+        np.testing.assert_allclose(origin, [0.0, 0.0, ground_z + 1.4], atol=1e-6)
+        assert "origin raised" in info["note"]
+    else:
+        np.testing.assert_array_equal(origin, 0.0)
+    np.testing.assert_array_equal(lidar.T_rig_lidar[:3, :3], np.eye(3))
+    sweep = lidar.load_sweep(1)
+    np.testing.assert_allclose(sweep.points + origin, _merged_cloud(ground_z, seed=1)[:, :3], atol=1e-5)
+    road = np.abs(sweep.points[:, 2] + origin[2] - ground_z) < 1e-3
+    assert len(np.unique(sweep.channel[road])) >= 20  # the road 2-40 m away from 1.4 m up: -35 to -2 deg
+    # another height is another conversion: the cache key holds it
+    assert dgp.convert_sweeps("LIDAR", inputs, sensor_height_m=2.0)["folder"] != spec["folder"]
+
+
 def test_ring_field_gives_the_channels(native, dgp_copy):
     """Clouds with a RING channel (here the native channel; one file as a structured array)
     keep it as the point's channel, and the table holds each ring's median elevation."""
@@ -352,9 +393,13 @@ def test_real_sample_imports(real):
     np.testing.assert_allclose(real.rig.T_world_rig[:, :3, 3], 0.0, atol=1e-3)
     lidar = real.lidars["LIDAR"]
     assert len(lidar.sweeps) == 3 and len(lidar.load_sweep(0)) > 30000
-    # DDAD's lidar extrinsic is the identity: its points are in the vehicle frame
-    np.testing.assert_allclose(lidar.T_rig_lidar, np.eye(4))
+    # DDAD's lidar extrinsic is the identity: its points are in the vehicle frame, whose origin is on
+    # the road, so the model is seen from the cameras' height (1.36 m) above the road (-0.2 m here)
+    np.testing.assert_allclose(lidar.T_rig_lidar[:3, :3], np.eye(3))
+    np.testing.assert_allclose(lidar.T_rig_lidar[:3, 3], [0.0, 0.0, 1.18], atol=0.05)
     assert real.metadata["lidar_models"]["LIDAR"]["method"] == "elevation-quantiles"
+    raw = np.load(sorted((_real_sample() / "scene_01" / "point_cloud" / "LIDAR").glob("*.npz"))[0])["data"][:, :3]
+    np.testing.assert_allclose(lidar.load_sweep(0).points + lidar.T_rig_lidar[:3, 3], raw, atol=1e-4)
     # every boxed actor, grouped by instance_id over the 3 lidar sweeps
     assert len(real.tracks) >= 93
     assert {t.label for t in real.tracks.values()} >= {"car", "pedestrian"}
