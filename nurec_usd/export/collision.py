@@ -265,9 +265,8 @@ def _orient_consistently(mesh: Any) -> None:
 
 def vertex_normals(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:  # [V, 3], [F, 3] -> [V, 3]
     """Unit vertex normals: the area-weighted sum of the adjacent faces' normals (+z where none)."""
-    v = vertices.astype(np.float64)
-    face_n = np.cross(v[faces[:, 1]] - v[faces[:, 0]], v[faces[:, 2]] - v[faces[:, 0]])  # length = 2 x area
-    n = np.zeros_like(v)
+    face_n = _face_normals(vertices, faces)  # length = 2 x area
+    n = np.zeros((len(vertices), 3))
     for k in range(3):
         np.add.at(n, faces[:, k], face_n)
     length = np.linalg.norm(n, axis=1, keepdims=True)

@@ -454,10 +454,11 @@ def sky_init(capture: Capture, frames: list[tuple[str, int]], rows: int,
     tops = []
     for cam_id, fi in frames:
         img = images(cam_id, fi)
-        top = img[: max(1, img.shape[0] // 10)].reshape(-1, 3).double()  # [P, 3]
+        rows_top = max(1, img.shape[0] // 10)
+        top = img[:rows_top].reshape(-1, 3).double()  # [P, 3]
         mask = None if masks is None else masks(cam_id, fi)
         if mask is not None:
-            top = top[mask[: max(1, img.shape[0] // 10)].reshape(-1).to(top.device)]
+            top = top[mask[:rows_top].reshape(-1).to(top.device)]
         if top.shape[0]:
             tops.append(top.mean(0).cpu() / 255.0)
     colour = (torch.stack(tops).mean(0) if tops else torch.tensor([0.6, 0.7, 0.8])).float()

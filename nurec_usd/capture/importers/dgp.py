@@ -922,7 +922,8 @@ def read_dgp_points(path: Path, point_format: tuple[str, ...] = (), rel: str | N
     return {k: v[keep] for k, v in cols.items()}
 
 
-def convert_sweeps(lidar_id: str, sweeps: list[_SweepInput], sensor_height_m: float = SENSOR_HEIGHT_M) -> dict[str, Any]:
+def convert_sweeps(lidar_id: str, sweeps: list[_SweepInput],
+                   sensor_height_m: float = SENSOR_HEIGHT_M) -> dict[str, Any]:
     """Convert DGP sweeps to ``.nrl`` (cached) and describe the estimated spinning model
     (``sweep_cache.convert_compensated_sweeps``: DGP gives each sweep one pose). A cloud whose
     origin lies on the road (DDAD merges its lidars into the vehicle frame, whose origin is on
