@@ -276,6 +276,20 @@ def decoded_images(capture: Capture) -> ImageSource:
     return lambda cam_id, index: torch.from_numpy(np.array(capture.cameras[cam_id].frames[index].load_image()))
 
 
+ABOVE_BANDS = 64  # image columns are split into this many bands to find the top of the lidar's coverage
+ABOVE_PIXELS_PER_POINT = 32  # a frame seeds at most one point per this many pixels above the coverage
+
+
+def _project(model: Any, pc: torch.Tensor  # [N, 3] camera frame
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pixels ``[N, 2]``, whether each point lands in front of the camera ``[N]`` (projected, finite,
+    more than 0.1 m ahead) and its distance ``[N]``."""
+    uv, valid = model.project(pc)
+    depth = pc.norm(dim=-1)
+    valid = valid & torch.isfinite(depth) & (pc[:, 2] > 0.1) & torch.isfinite(uv).all(-1)
+    return uv, valid, depth
+
+
 def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: torch.Tensor,  # [Ns, 3] world
                   actor_pts: list[torch.Tensor],  # per track [n_a, 3] box frame
                   tracks: list[ActorTrack], device: torch.device,
@@ -292,6 +306,20 @@ def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: t
     nearest depth.
     Returns the static colours ``[Ns, 3]`` and per track ``[n_a, 3]``, in [0, 1].
     """
+    static_rgb, actor_rgb, _ = colour_and_coverage(capture, frames, static_pts, actor_pts, tracks, device, images,
+                                                   masks, coverage=False)
+    return static_rgb, actor_rgb
+
+
+def colour_and_coverage(capture: Capture, frames: list[tuple[str, int]], static_pts: torch.Tensor,  # [Ns, 3] world
+                        actor_pts: list[torch.Tensor],  # per track [n_a, 3] box frame
+                        tracks: list[ActorTrack], device: torch.device,
+                        images: ImageSource | None = None, masks: MaskSource | None = None,
+                        coverage: bool = True) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None]:
+    """``colour_points`` and, from the same projection of the static points, each frame's
+    ``lidar_coverage`` (``[F, 2, ABOVE_BANDS + 1]``; None when ``coverage`` is False), which
+    ``points_above_lidar`` takes: one pass over the frames instead of two (drive30 projects
+    a million points into 72 frames)."""
     rig = capture.rig_trajectory()
     images = images or decoded_images(capture)
     sizes = [static_pts.shape[0]] + [p.shape[0] for p in actor_pts]
@@ -305,6 +333,7 @@ def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: t
     T_world_rig = rig.at(times)  # [F, 4, 4]
     box_poses = [PoseTrajectory(t.times, t.T_world_box).at(times) for t in tracks]  # per track [F, 4, 4]
     models: dict[str, Any] = {}
+    covered = []
     for k, (cam_id, fi) in enumerate(frames):
         cam = capture.cameras[cam_id]
         t = float(times[k])
@@ -319,9 +348,10 @@ def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: t
         model = models.get(cam_id)
         if model is None:
             model = models[cam_id] = cam.sensor_model(dtype=torch.float64, device=device)
-        uv, valid = model.project(pc)
-        depth = pc.norm(dim=-1)
-        valid = valid & torch.isfinite(depth) & (pc[:, 2] > 0.1) & torch.isfinite(uv).all(-1)
+        uv, valid, depth = _project(model, pc)
+        if coverage:
+            ns = static_pts.shape[0]
+            covered.append(band_coverage(uv[:ns], valid[:ns], depth[:ns], cam.width, cam.height))
         uv = torch.where(valid[:, None], uv, torch.zeros_like(uv))  # NaN pixels would index out of bounds
         cell = max(1, cam.width // 160)
         gw, gh = -(-cam.width // cell), -(-cam.height // cell)
@@ -340,17 +370,63 @@ def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: t
         cnt += seen.to(cnt.dtype)
     rgb = torch.where(cnt[:, None] > 0, acc / cnt.clamp_min(1)[:, None], torch.full_like(acc, 0.5))
     parts = list(torch.split(rgb, sizes))
-    return parts[0], parts[1:]
+    cover = None
+    if coverage:
+        cover = torch.stack(covered) if covered else torch.zeros(0, 2, ABOVE_BANDS + 1, dtype=torch.float64,
+                                                                 device=device)
+    return parts[0], parts[1:], cover
 
 
-ABOVE_BANDS = 64  # image columns are split into this many bands to find the top of the lidar's coverage
-ABOVE_PIXELS_PER_POINT = 32  # a frame seeds at most one point per this many pixels above the coverage
+def band_coverage(uv: torch.Tensor,  # [N, 2] pixels
+                  valid: torch.Tensor,  # [N] bool: in front of the camera and projected
+                  dist: torch.Tensor,  # [N] metres from the camera
+                  width: int, height: int) -> torch.Tensor:
+    """The top of the lidar's coverage in one frame: per band of image columns (``ABOVE_BANDS``,
+    and a spare one for points outside the image), the highest pixel row a point lands on
+    (inf where none does) and the mean distance of the points within 2% of the image's height
+    of it. Returns ``[2, ABOVE_BANDS + 1]`` (rows; distances)."""
+    valid = valid & (uv[:, 0] >= -0.5) & (uv[:, 0] < width - 0.5) & (uv[:, 1] >= -0.5) & (uv[:, 1] < height - 0.5)
+    band_w = -(-width // ABOVE_BANDS)
+    col = torch.where(valid, uv[:, 0], torch.zeros_like(uv[:, 0]))  # NaN would not floor to a band
+    band = torch.where(valid, (col + 0.5).floor().clamp(0, width - 1).long() // band_w, ABOVE_BANDS)
+    v = torch.where(valid, uv[:, 1], torch.full_like(uv[:, 1], float("inf")))
+    top = torch.full((ABOVE_BANDS + 1,), float("inf"), dtype=v.dtype, device=v.device)
+    top.scatter_reduce_(0, band, v, reduce="amin")
+    near_top = valid & (v <= top[band] + 0.02 * height)
+    dist = dist.to(v.dtype)
+    total = torch.zeros(ABOVE_BANDS + 1, dtype=v.dtype, device=v.device).scatter_add_(
+        0, band, torch.where(near_top, dist, torch.zeros_like(dist)))
+    n = torch.zeros(ABOVE_BANDS + 1, dtype=v.dtype, device=v.device).scatter_add_(0, band, near_top.to(v.dtype))
+    return torch.stack((top, total / n.clamp_min(1)))
+
+
+def lidar_coverage(capture: Capture, frames: list[tuple[str, int]], static_pts: torch.Tensor,  # [Ns, 3] world
+                   device: torch.device) -> torch.Tensor:
+    """Every frame's ``band_coverage`` of the static points: ``[F, 2, ABOVE_BANDS + 1]``."""
+    rig = capture.rig_trajectory()
+    times = torch.tensor([float(capture.seconds(capture.cameras[c].frames[i].timestamp_us)) for c, i in frames],
+                         dtype=torch.float64)  # [F]
+    T_world_rig = rig.at(times)  # [F, 4, 4]
+    models: dict[str, Any] = {}
+    covered = []
+    for k, (cam_id, _fi) in enumerate(frames):
+        cam = capture.cameras[cam_id]
+        model = models.get(cam_id)
+        if model is None:
+            model = models[cam_id] = cam.sensor_model(dtype=torch.float64, device=device)
+        T_cw = invert_transform(T_world_rig[k] @ torch.as_tensor(cam.T_rig_camera, dtype=torch.float64))
+        uv, valid, depth = _project(model, transform_points(T_cw.to(device), static_pts.to(device)))
+        covered.append(band_coverage(uv, valid, depth, cam.width, cam.height))
+    if not covered:
+        return torch.zeros(0, 2, ABOVE_BANDS + 1, dtype=torch.float64, device=device)
+    return torch.stack(covered)
 
 
 def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_pts: torch.Tensor,  # [Ns, 3] world
                        count: int, device: torch.device, images: ImageSource | None = None,
                        masks: MaskSource | None = None, seed: int = 0,
-                       pixels_per_point: float = ABOVE_PIXELS_PER_POINT) -> tuple[torch.Tensor, torch.Tensor]:
+                       pixels_per_point: float = ABOVE_PIXELS_PER_POINT,
+                       coverage: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Points where the cameras see above the lidar's reach, coloured by their pixel.
 
     A spinning lidar sees a few degrees above the horizon at most, so the upper part of a view
@@ -363,8 +439,14 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
     share of ``count``, at most one point per ``pixels_per_point`` pixels above its coverage
     (small images get few points: on a CPU every Gaussian costs).
 
+    ``coverage``: the frames' ``lidar_coverage`` of ``static_pts`` where the caller has it
+    already (``colour_and_coverage``); default: computed here.
     Returns world points ``[M, 3]`` float64 and colours ``[M, 3]`` in [0, 1] (M <= ``count``).
     """
+    if not frames:
+        return torch.zeros(0, 3, dtype=torch.float64, device=device), torch.zeros(0, 3, device=device)
+    if coverage is None:
+        coverage = lidar_coverage(capture, frames, static_pts, device)
     gen = torch.Generator().manual_seed(seed)
     rig = capture.rig_trajectory()
     images = images or decoded_images(capture)
@@ -372,36 +454,9 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
     times = torch.tensor([float(capture.seconds(capture.cameras[c].frames[i].timestamp_us)) for c, i in frames],
                          dtype=torch.float64)
     T_world_rig = rig.at(times)  # [F, 4, 4]
+    cover = coverage.cpu()  # [F, 2, B + 1]: the one read back
+    tops_host, dists_host = cover[:, 0], cover[:, 1]
     models: dict[str, Any] = {}
-    poses, tops, top_dists = [], [], []
-    # every frame's coverage on the device first, read back once (drive30 seeds from 72 frames)
-    for k, (cam_id, fi) in enumerate(frames):
-        cam = capture.cameras[cam_id]
-        model = models.get(cam_id)
-        if model is None:
-            model = models[cam_id] = cam.sensor_model(dtype=torch.float64, device=device)
-        T_wc = (T_world_rig[k] @ torch.as_tensor(cam.T_rig_camera, dtype=torch.float64)).to(device)
-        poses.append(T_wc)
-        pc = transform_points(invert_transform(T_wc), static_pts)
-        uv, valid = model.project(pc)
-        valid = valid & (pc[:, 2] > 0.1) & torch.isfinite(uv).all(-1)
-        valid &= (uv[:, 0] >= -0.5) & (uv[:, 0] < cam.width - 0.5) & (uv[:, 1] >= -0.5) & (uv[:, 1] < cam.height - 0.5)
-        band_w = -(-cam.width // ABOVE_BANDS)
-        band = torch.where(valid, (uv[:, 0] + 0.5).floor().clamp(0, cam.width - 1).long() // band_w, ABOVE_BANDS)
-        v = torch.where(valid, uv[:, 1], torch.full_like(uv[:, 1], float("inf")))
-        top = torch.full((ABOVE_BANDS + 1,), float("inf"), dtype=v.dtype, device=device)
-        top.scatter_reduce_(0, band, v, reduce="amin")
-        # the distance of the band's highest points: those within 2% of the image's height of its top
-        near_top = valid & (v <= top[band] + 0.02 * cam.height)
-        dist = pc.norm(dim=-1)
-        total = torch.zeros(ABOVE_BANDS + 1, dtype=dist.dtype, device=device).scatter_add_(
-            0, band, torch.where(near_top, dist, torch.zeros_like(dist)))
-        n = torch.zeros(ABOVE_BANDS + 1, dtype=dist.dtype, device=device).scatter_add_(0, band, near_top.to(dist.dtype))
-        tops.append(top)
-        top_dists.append(total / n.clamp_min(1))
-    if not frames:
-        return torch.zeros(0, 3, dtype=torch.float64, device=device), torch.zeros(0, 3, device=device)
-    tops_host, dists_host = torch.stack(tops).cpu(), torch.stack(top_dists).cpu()  # [F, B + 1]
     pts, cols, kept = [], [], []
     for k, (cam_id, fi) in enumerate(frames):
         cam = capture.cameras[cam_id]
@@ -423,14 +478,18 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
         if u.numel() == 0:
             continue
         u_d, v_d = u.to(device), v_px.to(device)
+        model = models.get(cam_id)
+        if model is None:
+            model = models[cam_id] = cam.sensor_model(dtype=torch.float64, device=device)
+        T_wc = (T_world_rig[k] @ torch.as_tensor(cam.T_rig_camera, dtype=torch.float64)).to(device)
         mask = None if masks is None else masks(cam_id, fi)
         # masked samples are dropped after the loop: a boolean index here would wait for the device
         kept.append(torch.ones(u.numel(), dtype=torch.bool, device=device) if mask is None
                     else mask.to(device)[v_d, u_d])
-        rays = models[cam_id].unproject(torch.stack((u_d, v_d), -1).double())
+        rays = model.unproject(torch.stack((u_d, v_d), -1).double())
         rays = rays / rays.norm(dim=-1, keepdim=True)
         d = (dists_host[k][b] * spread).to(device)
-        pts.append(transform_points(poses[k], rays * d[:, None]))
+        pts.append(transform_points(T_wc, rays * d[:, None]))
         cols.append(images(cam_id, fi).to(device)[v_d, u_d].float() / 255.0)
     if not pts:
         return torch.zeros(0, 3, dtype=torch.float64, device=device), torch.zeros(0, 3, device=device)
@@ -575,12 +634,12 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
         say(f"static points: {static_pts.shape[0]:,} (voxel {voxel:.3f} m); actor points: "
             + ", ".join(f"{t.id} {p.shape[0]}" for t, p in zip(tracks, actor_pts)))
         with part("colour"):
-            static_rgb, actor_rgb = colour_points(capture, colour_frames, static_pts, actor_pts, tracks, device,
-                                                  images, masks)
+            static_rgb, actor_rgb, coverage = colour_and_coverage(capture, colour_frames, static_pts, actor_pts,
+                                                                  tracks, device, images, masks, coverage=above > 0)
         if above > 0:
             with part("above the lidar"):
                 extra, extra_rgb = points_above_lidar(capture, colour_frames, static_pts, above, device, images,
-                                                      masks)
+                                                      masks, coverage=coverage)
             say(f"points above the lidar's reach: {extra.shape[0]:,}")
             static_pts = torch.cat([static_pts, extra])
             static_rgb = torch.cat([static_rgb, extra_rgb.to(static_rgb.dtype)])

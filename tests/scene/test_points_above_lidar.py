@@ -8,7 +8,8 @@ import torch
 from handmade import CAMERAS, _Scene, _transform
 
 from nurec_usd.capture.importers import load_any
-from nurec_usd.scene.init import lidar_world_points, points_above_lidar, scene_tracks, split_actor_points
+from nurec_usd.scene.init import (colour_and_coverage, colour_points, lidar_coverage, lidar_world_points,
+                                  points_above_lidar, scene_tracks, split_actor_points)
 
 
 def _static_points(cap) -> torch.Tensor:
@@ -115,3 +116,31 @@ def test_a_frame_seeds_no_more_points_than_its_pixels_above_the_coverage(handmad
     cam = cap.cameras["front"]
     assert n[1] < cam.width * cam.height / 2  # the room above the lidar's top beam: far less than the image
     assert 25 < n[1] / n[32] < 40
+
+
+def test_the_colour_pass_gives_the_coverage_the_points_are_seeded_from(handmade_capture):
+    """``colour_and_coverage`` (the build's one pass over the frames) returns the colours of
+    ``colour_points`` and the coverage of ``lidar_coverage`` (the second pass it saves), and
+    ``points_above_lidar`` given that coverage draws the points it draws without it. The
+    coverage is not trivial: in every frame most bands have returns, their tops well inside
+    the image (room above them to seed)."""
+    cap = load_any(handmade_capture)
+    static = _static_points(cap)
+    tracks = scene_tracks(cap)
+    actors = [torch.zeros(5, 3, dtype=torch.float64) for _ in tracks]
+    frames = [(cam_id, i) for cam_id, cam in cap.cameras.items() for i in (0, len(cam.frames) - 1)]
+    cpu = torch.device("cpu")
+    rgb, actor_rgb, cover = colour_and_coverage(cap, frames, static, actors, tracks, cpu)
+    plain, plain_actor = colour_points(cap, frames, static, actors, tracks, cpu)
+    assert torch.equal(rgb, plain) and all(torch.equal(a, b) for a, b in zip(actor_rgb, plain_actor))
+    alone = lidar_coverage(cap, frames, static, cpu)
+    assert cover.shape == alone.shape == (len(frames), 2, 65)
+    assert torch.allclose(cover, alone, rtol=1e-9, atol=1e-9)  # inf where a band has no return
+    for k in range(len(frames)):
+        tops = cover[k, 0, :64]
+        covered = tops[torch.isfinite(tops)]
+        assert covered.numel() >= 40 and 10 < float(covered.min()) and float(covered.max()) < 90
+    shared = points_above_lidar(cap, frames, static, 3000, cpu, seed=4, coverage=cover)
+    separate = points_above_lidar(cap, frames, static, 3000, cpu, seed=4)
+    assert shared[0].shape[0] > 100
+    assert torch.allclose(shared[0], separate[0], atol=1e-9) and torch.equal(shared[1], separate[1])
