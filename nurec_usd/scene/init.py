@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -197,34 +197,53 @@ def voxel_downsample(points: torch.Tensor,  # [N, 3]
                      voxel: float, *features: torch.Tensor,  # each [N, ...]
                      ) -> tuple[torch.Tensor, ...]:
     """One point per occupied voxel: the mean of its points (and of each feature)."""
+    return _voxel_means(points, voxel, features)[0]
+
+
+def _voxel_means(points: torch.Tensor,  # [N, 3]
+                 voxel: float, features: Sequence[torch.Tensor],  # each [N, ...]
+                 weights: torch.Tensor | None = None,  # [N]; None: 1 each
+                 ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+    """``voxel_downsample`` with each point counted ``weights`` times. Returns the voxels' weighted
+    means (points, then features) and their total weights ``[M]``."""
     if points.shape[0] == 0:
-        return (points, *features)
+        return (points, *features), torch.zeros(0, dtype=points.dtype, device=points.device)
     key = torch.floor(points / voxel).long()
     key = key - key.min(0).values
     dims = key.max(0).values + 1
     flat = (key[:, 0] * dims[1] + key[:, 1]) * dims[2] + key[:, 2]
     _, inverse, counts = torch.unique(flat, return_inverse=True, return_counts=True)
+    if weights is None:
+        total = counts.to(points.dtype)
+    else:
+        total = torch.zeros(counts.shape[0], dtype=weights.dtype, device=weights.device).index_add_(0, inverse, weights)
     out = []
     for x in (points, *features):
+        column = [-1] + [1] * (x.dim() - 1)  # a weight per row of x
         acc = torch.zeros((counts.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
-        acc.index_add_(0, inverse, x)
-        out.append(acc / counts.view(-1, *([1] * (x.dim() - 1))).to(x.dtype))
-    return tuple(out)
+        acc.index_add_(0, inverse, x if weights is None else x * weights.view(column).to(x.dtype))
+        out.append(acc / total.view(column).to(x.dtype))
+    return tuple(out), total
 
 
 def _downsample_to(points: torch.Tensor, voxel: float, max_points: int, *features: torch.Tensor):
     """Voxel downsampling, growing the voxel until at most ``max_points`` remain.
 
+    Each larger voxel merges the previous voxels' means, weighted by their point counts, rather
+    than the raw points again: about the same cloud (a mean is placed by where it lies, not by
+    where each of its points did), for a fraction of the time (drive30's 60 million returns go
+    through once, not once per growth).
     ValueError for a cap under 1 or a voxel that is not positive (either would loop forever:
     one voxel always keeps a point), and when 200 growths (1.25^200, about 1e19 times the
     voxel) do not get under the cap (non-finite points fall in voxels of their own)."""
     if max_points < 1 or not voxel > 0:
         raise ValueError(f"voxel downsampling needs a positive cap and voxel size, got {max_points} and {voxel}")
+    out, weights = _voxel_means(points, voxel, features)
     for _ in range(200):
-        out = voxel_downsample(points, voxel, *features)
         if out[0].shape[0] <= max_points:
             return out, voxel
         voxel *= 1.25
+        out, weights = _voxel_means(out[0], voxel, out[1:], weights)
     raise ValueError(f"voxel downsampling could not get {points.shape[0]:,} points under {max_points:,} "
                      f"(are some of them non-finite?)")
 
