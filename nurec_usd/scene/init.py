@@ -466,6 +466,9 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
         return torch.zeros(0, 3, dtype=torch.float64, device=device), torch.zeros(0, 3, device=device)
     if coverage is None:
         coverage = lidar_coverage(capture, frames, static_pts, device)
+    elif coverage.shape != (len(frames), 2, ABOVE_BANDS + 1):
+        raise ValueError(f"coverage of shape {tuple(coverage.shape)} for {len(frames)} frames: "
+                         f"expected ({len(frames)}, 2, {ABOVE_BANDS + 1}) (lidar_coverage's)")
     gen = torch.Generator().manual_seed(seed)
     rig = capture.rig_trajectory()
     images = images or decoded_images(capture)

@@ -4,6 +4,7 @@ hand-made street, whose facades and far wall rise past the lidar's highest beam 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from handmade import CAMERAS, _Scene, _transform
 
@@ -144,3 +145,5 @@ def test_the_colour_pass_gives_the_coverage_the_points_are_seeded_from(handmade_
     separate = points_above_lidar(cap, frames, static, 3000, cpu, seed=4)
     assert shared[0].shape[0] > 100
     assert torch.allclose(shared[0], separate[0], atol=1e-9) and torch.equal(shared[1], separate[1])
+    with pytest.raises(ValueError, match="coverage of shape"):  # another frame list's
+        points_above_lidar(cap, frames[:2], static, 3000, cpu, coverage=cover)
