@@ -231,8 +231,8 @@ def _downsample_to(points: torch.Tensor, voxel: float, max_points: int, *feature
 
     Each larger voxel merges the previous voxels' means, weighted by their point counts, rather
     than the raw points again: about the same cloud (a mean is placed by where it lies, not by
-    where each of its points did), for a fraction of the time (drive30's 60 million returns go
-    through once, not once per growth).
+    where each of its points did), for a fraction of the time (a drive's tens of millions of
+    returns go through once, not once per growth).
     ValueError for a cap under 1 or a voxel that is not positive (either would loop forever:
     one voxel always keeps a point), and when 200 growths (1.25^200, about 1e19 times the
     voxel) do not get under the cap (non-finite points fall in voxels of their own)."""
