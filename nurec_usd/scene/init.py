@@ -227,25 +227,48 @@ def _voxel_means(points: torch.Tensor,  # [N, 3]
 
 
 def _downsample_to(points: torch.Tensor, voxel: float, max_points: int, *features: torch.Tensor):
-    """Voxel downsampling, growing the voxel until at most ``max_points`` remain.
-
-    Each larger voxel merges the previous voxels' means, weighted by their point counts, rather
-    than the raw points again: about the same cloud (a mean is placed by where it lies, not by
-    where each of its points did), for a fraction of the time (a drive's tens of millions of
-    returns go through once, not once per growth).
+    """Voxel downsampling, growing the voxel by 1.25x until at most ``max_points`` remain: the
+    cloud that the first fitting voxel gives from the raw points, found without downsampling the
+    raw points at every growth. The first voxels' means, each weighted by its point count, merge
+    into the larger voxels (a fraction of the points) until they fit; then the raw points are
+    downsampled from the growth before that, a growth at a time, up (or down) to the first that
+    fits. A drive's tens of millions of returns go through about three times, not once per
+    growth. The means fill about as many voxels as the raw points or a few fewer; where the raw
+    count does not fall at every growth (contrived clouds), a later fitting voxel may be found.
     ValueError for a cap under 1 or a voxel that is not positive (either would loop forever:
     one voxel always keeps a point), and when 200 growths (1.25^200, about 1e19 times the
     voxel) do not get under the cap (non-finite points fall in voxels of their own)."""
     if max_points < 1 or not voxel > 0:
         raise ValueError(f"voxel downsampling needs a positive cap and voxel size, got {max_points} and {voxel}")
-    out, weights = _voxel_means(points, voxel, features)
+    too_many = ValueError(f"voxel downsampling could not get {points.shape[0]:,} points under {max_points:,} "
+                          f"(are some of them non-finite?)")
+    voxels = [voxel]
     for _ in range(200):
-        if out[0].shape[0] <= max_points:
-            return out, voxel
-        voxel *= 1.25
-        out, weights = _voxel_means(out[0], voxel, out[1:], weights)
-    raise ValueError(f"voxel downsampling could not get {points.shape[0]:,} points under {max_points:,} "
-                     f"(are some of them non-finite?)")
+        voxels.append(voxels[-1] * 1.25)  # a multiplication a growth: the same sizes to the last bit
+    out, weights = _voxel_means(points, voxel, features)
+    if out[0].shape[0] <= max_points:
+        return out, voxel
+    k, merged = 0, out
+    while merged[0].shape[0] > max_points:
+        k += 1
+        if k == len(voxels):
+            raise too_many
+        merged, weights = _voxel_means(merged[0], voxels[k], merged[1:], weights)
+    k = max(1, k - 1)
+    out = voxel_downsample(points, voxels[k], *features)
+    if out[0].shape[0] <= max_points:  # fits a growth early: the first one that fits
+        while k > 1:
+            smaller = voxel_downsample(points, voxels[k - 1], *features)
+            if smaller[0].shape[0] > max_points:
+                break
+            out, k = smaller, k - 1
+        return out, voxels[k]
+    while out[0].shape[0] > max_points:
+        k += 1
+        if k == len(voxels):
+            raise too_many
+        out = voxel_downsample(points, voxels[k], *features)
+    return out, voxels[k]
 
 
 def initial_scales(points: torch.Tensor,  # [N, 3]
