@@ -332,6 +332,37 @@ def _project(model: Any, pc: torch.Tensor  # [N, 3] camera frame
     return uv, valid, depth
 
 
+def _camera_poses(capture: Capture, frames: list[tuple[str, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each frame's time ``[F]`` (seconds, float64) and camera-to-world pose ``[F, 4, 4]`` (float64,
+    on the host): the rig's pose at the frame's time, then the camera's mount. All at once, so
+    that loops over the frames only queue device work."""
+    times = torch.tensor([float(capture.seconds(capture.cameras[c].frames[i].timestamp_us)) for c, i in frames],
+                         dtype=torch.float64)  # [F]
+    T_world_rig = capture.rig_trajectory().at(times)  # [F, 4, 4]
+    poses = [T_world_rig[k] @ torch.as_tensor(capture.cameras[c].T_rig_camera, dtype=torch.float64)
+             for k, (c, _) in enumerate(frames)]
+    return times, (torch.stack(poses) if poses else torch.zeros(0, 4, 4, dtype=torch.float64))
+
+
+def _camera_models(capture: Capture, device: torch.device) -> Callable[[str], Any]:
+    """Each camera's float64 sensor model on ``device``, built on first use."""
+    models: dict[str, Any] = {}
+
+    def model(cam_id: str) -> Any:
+        if cam_id not in models:
+            models[cam_id] = capture.cameras[cam_id].sensor_model(dtype=torch.float64, device=device)
+        return models[cam_id]
+
+    return model
+
+
+def _stacked_coverage(covered: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """Frames' ``band_coverage`` rows as ``[F, 2, ABOVE_BANDS + 1]`` (F may be 0)."""
+    if not covered:
+        return torch.zeros(0, 2, ABOVE_BANDS + 1, dtype=torch.float64, device=device)
+    return torch.stack(covered)
+
+
 def colour_points(capture: Capture, frames: list[tuple[str, int]], static_pts: torch.Tensor,  # [Ns, 3] world
                   actor_pts: list[torch.Tensor],  # per track [n_a, 3] box frame
                   tracks: list[ActorTrack], device: torch.device,
@@ -362,19 +393,16 @@ def colour_and_coverage(capture: Capture, frames: list[tuple[str, int]], static_
     ``lidar_coverage`` (``[F, 2, ABOVE_BANDS + 1]``; None when ``coverage`` is False), which
     ``points_above_lidar`` takes: one pass over the frames instead of two (drive30 projects
     a million points into 72 frames)."""
-    rig = capture.rig_trajectory()
     images = images or decoded_images(capture)
     sizes = [static_pts.shape[0]] + [p.shape[0] for p in actor_pts]
     n = sum(sizes)
     acc = torch.zeros(n, 3, dtype=torch.float32, device=device)
     cnt = torch.zeros(n, dtype=torch.float32, device=device)
-    # every frame's rig and box poses at once, every camera's model once: per frame, the loop
+    # every frame's camera and box poses at once, every camera's model once: per frame, the loop
     # below only queues device work (drive30 colours from 72 frames with 13 actors)
-    times = torch.tensor([float(capture.seconds(capture.cameras[c].frames[i].timestamp_us)) for c, i in frames],
-                         dtype=torch.float64)  # [F]
-    T_world_rig = rig.at(times)  # [F, 4, 4]
+    times, T_world_cam = _camera_poses(capture, frames)  # [F], [F, 4, 4]
     box_poses = [PoseTrajectory(t.times, t.T_world_box).at(times) for t in tracks]  # per track [F, 4, 4]
-    models: dict[str, Any] = {}
+    model_of = _camera_models(capture, device)
     covered = []
     for k, (cam_id, fi) in enumerate(frames):
         cam = capture.cameras[cam_id]
@@ -385,12 +413,8 @@ def colour_and_coverage(capture: Capture, frames: list[tuple[str, int]], static_
                 world.append(transform_points(poses[k].to(local.device), local))
             else:  # not there at t: push far behind every camera
                 world.append(torch.full_like(local, float("nan")))
-        T_cw = invert_transform(T_world_rig[k] @ torch.as_tensor(cam.T_rig_camera, dtype=torch.float64))
-        pc = transform_points(T_cw.to(device), torch.cat(world).to(device))
-        model = models.get(cam_id)
-        if model is None:
-            model = models[cam_id] = cam.sensor_model(dtype=torch.float64, device=device)
-        uv, valid, depth = _project(model, pc)
+        pc = transform_points(invert_transform(T_world_cam[k]).to(device), torch.cat(world).to(device))
+        uv, valid, depth = _project(model_of(cam_id), pc)
         if coverage:
             ns = static_pts.shape[0]
             covered.append(band_coverage(uv[:ns], valid[:ns], depth[:ns], cam.width, cam.height))
@@ -412,11 +436,7 @@ def colour_and_coverage(capture: Capture, frames: list[tuple[str, int]], static_
         cnt += seen.to(cnt.dtype)
     rgb = torch.where(cnt[:, None] > 0, acc / cnt.clamp_min(1)[:, None], torch.full_like(acc, 0.5))
     parts = list(torch.split(rgb, sizes))
-    cover = None
-    if coverage:
-        cover = torch.stack(covered) if covered else torch.zeros(0, 2, ABOVE_BANDS + 1, dtype=torch.float64,
-                                                                 device=device)
-    return parts[0], parts[1:], cover
+    return parts[0], parts[1:], (_stacked_coverage(covered, device) if coverage else None)
 
 
 def band_coverage(uv: torch.Tensor,  # [N, 2] pixels
@@ -445,23 +465,15 @@ def band_coverage(uv: torch.Tensor,  # [N, 2] pixels
 def lidar_coverage(capture: Capture, frames: list[tuple[str, int]], static_pts: torch.Tensor,  # [Ns, 3] world
                    device: torch.device) -> torch.Tensor:
     """Every frame's ``band_coverage`` of the static points: ``[F, 2, ABOVE_BANDS + 1]``."""
-    rig = capture.rig_trajectory()
-    times = torch.tensor([float(capture.seconds(capture.cameras[c].frames[i].timestamp_us)) for c, i in frames],
-                         dtype=torch.float64)  # [F]
-    T_world_rig = rig.at(times)  # [F, 4, 4]
-    models: dict[str, Any] = {}
+    _, T_world_cam = _camera_poses(capture, frames)  # [F, 4, 4]
+    model_of = _camera_models(capture, device)
     covered = []
     for k, (cam_id, _fi) in enumerate(frames):
         cam = capture.cameras[cam_id]
-        model = models.get(cam_id)
-        if model is None:
-            model = models[cam_id] = cam.sensor_model(dtype=torch.float64, device=device)
-        T_cw = invert_transform(T_world_rig[k] @ torch.as_tensor(cam.T_rig_camera, dtype=torch.float64))
-        uv, valid, depth = _project(model, transform_points(T_cw.to(device), static_pts.to(device)))
+        pc = transform_points(invert_transform(T_world_cam[k]).to(device), static_pts.to(device))
+        uv, valid, depth = _project(model_of(cam_id), pc)
         covered.append(band_coverage(uv, valid, depth, cam.width, cam.height))
-    if not covered:
-        return torch.zeros(0, 2, ABOVE_BANDS + 1, dtype=torch.float64, device=device)
-    return torch.stack(covered)
+    return _stacked_coverage(covered, device)
 
 
 def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_pts: torch.Tensor,  # [Ns, 3] world
@@ -493,15 +505,12 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
         raise ValueError(f"coverage of shape {tuple(coverage.shape)} for {len(frames)} frames: "
                          f"expected ({len(frames)}, 2, {ABOVE_BANDS + 1}) (lidar_coverage's)")
     gen = torch.Generator().manual_seed(seed)
-    rig = capture.rig_trajectory()
     images = images or decoded_images(capture)
     per = -(-count // max(1, len(frames)))
-    times = torch.tensor([float(capture.seconds(capture.cameras[c].frames[i].timestamp_us)) for c, i in frames],
-                         dtype=torch.float64)
-    T_world_rig = rig.at(times)  # [F, 4, 4]
+    _, T_world_cam = _camera_poses(capture, frames)  # [F, 4, 4]
+    model_of = _camera_models(capture, device)
     cover = coverage.cpu()  # [F, 2, B + 1]: the one read back
     tops_host, dists_host = cover[:, 0], cover[:, 1]
-    models: dict[str, Any] = {}
     pts, cols, kept = [], [], []
     for k, (cam_id, fi) in enumerate(frames):
         cam = capture.cameras[cam_id]
@@ -523,18 +532,14 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
         if u.numel() == 0:
             continue
         u_d, v_d = u.to(device), v_px.to(device)
-        model = models.get(cam_id)
-        if model is None:
-            model = models[cam_id] = cam.sensor_model(dtype=torch.float64, device=device)
-        T_wc = (T_world_rig[k] @ torch.as_tensor(cam.T_rig_camera, dtype=torch.float64)).to(device)
         mask = None if masks is None else masks(cam_id, fi)
         # masked samples are dropped after the loop: a boolean index here would wait for the device
         kept.append(torch.ones(u.numel(), dtype=torch.bool, device=device) if mask is None
                     else mask.to(device)[v_d, u_d])
-        rays = model.unproject(torch.stack((u_d, v_d), -1).double())
+        rays = model_of(cam_id).unproject(torch.stack((u_d, v_d), -1).double())
         rays = rays / rays.norm(dim=-1, keepdim=True)
         d = (dists_host[k][b] * spread).to(device)
-        pts.append(transform_points(T_wc, rays * d[:, None]))
+        pts.append(transform_points(T_world_cam[k].to(device), rays * d[:, None]))
         cols.append(images(cam_id, fi).to(device)[v_d, u_d].float() / 255.0)
     if not pts:
         return torch.zeros(0, 3, dtype=torch.float64, device=device), torch.zeros(0, 3, device=device)
