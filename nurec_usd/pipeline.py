@@ -242,8 +242,9 @@ def initial_scene(capture: Capture, data: CaptureData, init: InitConfig,
     """The initial scene of a loaded capture (``nurec_usd.scene.init.initialize_scene`` on its
     training sweeps and frames only, on ``data``'s device, with the images and masks ``data`` has decoded).
 
-    ``log``: where one-line messages go; ``clock``: times the parts (``StageClock``).
-    ValueError from the initialisation passes through.
+    The training sweeps' range images tell it which of the points drawn above the lidar lie in
+    space a sweep saw through. ``log``: where one-line messages go; ``clock``: times the parts
+    (``StageClock``). ValueError from the initialisation passes through.
     """
     from nurec_usd.scene.init import full_size_images, initialize_scene
 
@@ -256,7 +257,8 @@ def initial_scene(capture: Capture, data: CaptureData, init: InitConfig,
         sizes = {c.id: (c.height, c.width) for c in capture.cameras.values()}
         images, masks = full_size_images(images, sizes), full_size_images(masks, sizes)
     return initialize_scene(capture, sweeps, frames, init, data.device, log=log, intensity_scale=data.intensity_scale,
-                            images=images, masks=masks, clock=clock, sweep_points=data.sweep_points)
+                            images=images, masks=masks, clock=clock, sweep_points=data.sweep_points,
+                            free_space=data.training_ranges())
 
 
 def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_s: float | None = None,

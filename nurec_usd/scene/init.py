@@ -23,6 +23,7 @@ import torch
 
 from nurec_usd.capture.model import Capture
 from nurec_usd.ops.neighbors import knn_distances, statistical_outliers
+from nurec_usd.scene.free_space import SweepRanges, seen_through
 from nurec_usd.scene.gaussians import ActorTrack, GaussianParams, Scene
 from nurec_usd.sensors.se3 import PoseTrajectory, invert_transform, transform_points
 from nurec_usd.util.options import option
@@ -48,6 +49,9 @@ class InitConfig:
     # lidar captures: points where the cameras see above the lidar's reach (points_above_lidar;
     # 0: none); they count in max_points, of which they take at most a quarter
     above_lidar_points: int = option(50_000, low=0, high=100_000_000)
+    # of those, the ones nearer than a training sweep's returns in their direction by more than
+    # this (metres, or 5% of the return if more) are dropped (nurec_usd.scene.free_space); -1: kept
+    above_lidar_free_space_m: float = option(0.3, low=-1, high=1000)
     sky_rows: int = option(16, low=1, high=1024)  # sky map size: rows (elevation) x 4 rows (azimuth)
 
 
@@ -638,7 +642,8 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
                      log: Callable[[str], None] | None = None, intensity_scale: float | None = None,
                      images: ImageSource | None = None, masks: MaskSource | None = None,
                      clock: Callable[[str], Any] | None = None,
-                     sweep_points: Mapping[tuple[str, int], Any] | None = None) -> Scene:
+                     sweep_points: Mapping[tuple[str, int], Any] | None = None,
+                     free_space: Sequence[SweepRanges] = ()) -> Scene:
     """The initial scene of a capture, built from its training sweeps and frames only.
 
     ``intensity_scale``: lidar intensities are divided by it (as the training targets are);
@@ -646,7 +651,9 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
     at full size (default: decoded from the files). ``masks``: pixels that colour no point (the
     ego vehicle's; default: none). ``clock``: times the parts
     (a ``nurec_usd.util.profiling.StageClock``). ``sweep_points``: the sweeps, already read
-    (``lidar_world_points``' ``loaded``; default: read from the files).
+    (``lidar_world_points``' ``loaded``; default: read from the files). ``free_space``: the training
+    sweeps' range images, per lidar: the points above the lidar that they saw through are dropped
+    (``config.above_lidar_free_space_m``; none given: all kept).
     """
     say = log or (lambda _m: None)
     part = clock or (lambda _name: contextlib.nullcontext())
@@ -690,7 +697,14 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
             with part("above the lidar"):
                 extra, extra_rgb = points_above_lidar(capture, colour_frames, static_pts, above, device, images,
                                                       masks, coverage=coverage)
-            say(f"points above the lidar's reach: {extra.shape[0]:,}")
+                drawn = extra.shape[0]
+                if config.above_lidar_free_space_m >= 0 and free_space:
+                    clear = ~torch.stack([seen_through(extra, sweeps, config.above_lidar_free_space_m)
+                                          for sweeps in free_space]).any(0)
+                    extra, extra_rgb = extra[clear], extra_rgb[clear]
+            say(f"points above the lidar's reach: {extra.shape[0]:,}"
+                + (f" ({drawn - extra.shape[0]:,} more were in space the lidar saw through)"
+                   if extra.shape[0] < drawn else ""))
             static_pts = torch.cat([static_pts, extra])
             static_rgb = torch.cat([static_rgb, extra_rgb.to(static_rgb.dtype)])
             static_int = torch.cat([static_int, torch.full((extra.shape[0],), mean_int, dtype=static_int.dtype,

@@ -36,6 +36,7 @@ from nurec_usd.ops.camera import CameraBatch
 from nurec_usd.ops.lidar import LidarBatch
 from nurec_usd.render.scene_renderer import CameraView, CameraViews
 from nurec_usd.render.views import camera_geometry, sensor_poses
+from nurec_usd.scene.free_space import SweepRanges
 from nurec_usd.sensors.se3 import PoseTrajectory
 from nurec_usd.train.sweep_reads import KeepFn, checked_sweep, read_columns
 from nurec_usd.util.prefetch import default_workers, prefetched
@@ -427,6 +428,19 @@ class CaptureData:
         for lid in self.lidars:
             lid.intensities = (lid.intensities / scale).clamp(0, 1).contiguous()
         return scale
+
+    def training_ranges(self) -> list[SweepRanges]:
+        """Each lidar's training sweeps as range images with their poses (copies): what
+        ``nurec_usd.scene.free_space`` judges points against."""
+        out = []
+        for li, lidar in enumerate(self.lidars):
+            train = torch.tensor([s.sweep for s in self.train_sweeps if s.lidar == li], dtype=torch.long,
+                                 device=lidar.ranges.device)
+            if train.numel():
+                out.append(SweepRanges(self.capture.lidars[lidar.id].sensor_model(torch.float64, self.device),
+                                       lidar.rot_start[train], lidar.trans_start[train], lidar.rot_end[train],
+                                       lidar.trans_end[train], lidar.ranges[train]))
+        return out
 
     def release_sweep_points(self) -> None:
         """Drop the training sweeps' points (the initialisation's input; training uses range images)."""

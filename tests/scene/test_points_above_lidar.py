@@ -147,3 +147,36 @@ def test_the_colour_pass_gives_the_coverage_the_points_are_seeded_from(handmade_
     assert torch.allclose(shared[0], separate[0], atol=1e-9) and torch.equal(shared[1], separate[1])
     with pytest.raises(ValueError, match="coverage of shape"):  # another frame list's
         points_above_lidar(cap, frames[:2], static, 3000, cpu, coverage=cover)
+
+
+def test_the_initial_scene_drops_those_a_training_sweep_saw_through(handmade_capture):
+    """``initial_scene`` draws the same points with and without ``above_lidar_free_space_m``,
+    and with it keeps exactly those that no training sweep saw through (``seen_through``, in
+    ``CaptureData.training_ranges``); it says how many it dropped."""
+    import re
+
+    from nurec_usd.pipeline import initial_scene
+    from nurec_usd.scene.free_space import seen_through
+    from nurec_usd.train.config import make_config
+    from nurec_usd.train.data import CaptureData
+
+    cap = load_any(handmade_capture)
+    data = CaptureData(cap, "cpu")
+
+    def drawn(margin: float) -> tuple[torch.Tensor, list[str]]:
+        messages = []
+        config = make_config("fast", above_lidar_points=3000, max_points=12000, voxel_m=0.05,
+                             above_lidar_free_space_m=margin)
+        means = initial_scene(cap, data, config.init, log=messages.append).static.means
+        said = [m for m in messages if "above the lidar's reach" in m]
+        n = int(re.search(r"reach: ([\d,]+)", said[0]).group(1).replace(",", ""))
+        return means[-n:], said
+
+    every, said_every = drawn(-1)
+    kept, said_kept = drawn(0.3)
+    ranges = data.training_ranges()
+    assert len(ranges) == 1 and ranges[0].ranges.shape[0] == len(data.train_sweeps) < len(data.sweeps)
+    seen = seen_through(every.double(), ranges[0], 0.3)
+    assert 0 < int(seen.sum()) < 0.1 * every.shape[0]
+    torch.testing.assert_close(kept, every[~seen], rtol=0, atol=0)
+    assert "saw through" not in said_every[0] and f"({int(seen.sum()):,} more were in space" in said_kept[0]
