@@ -697,8 +697,9 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
             with part("above the lidar"):
                 extra, extra_rgb = points_above_lidar(capture, colour_frames, static_pts, above, device, images,
                                                       masks, coverage=coverage)
-                drawn = extra.shape[0]
-                if config.above_lidar_free_space_m >= 0 and free_space:
+            drawn = extra.shape[0]
+            if config.above_lidar_free_space_m >= 0 and free_space:
+                with part("free space"):
                     clear = ~torch.stack([seen_through(extra, sweeps, config.above_lidar_free_space_m)
                                           for sweeps in free_space]).any(0)
                     extra, extra_rgb = extra[clear], extra_rgb[clear]
