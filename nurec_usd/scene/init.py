@@ -324,6 +324,7 @@ def decoded_images(capture: Capture) -> ImageSource:
 
 ABOVE_BANDS = 64  # image columns are split into this many bands to find the top of the lidar's coverage
 ABOVE_PIXELS_PER_POINT = 32  # a frame seeds at most one point per this many pixels above the coverage
+SPREAD = 1024  # slots a contended scatter's target is spread over (band_coverage, the colours' depth buffer)
 
 
 def _project(model: Any, pc: torch.Tensor  # [N, 3] camera frame
@@ -404,8 +405,10 @@ def colour_and_coverage(capture: Capture, frames: list[tuple[str, int]], static_
     cnt = torch.zeros(n, dtype=torch.float32, device=device)
     # every frame's camera and box poses at once, every camera's model once: per frame, the loop
     # below only queues device work (drive30 colours from 72 frames with 13 actors)
+    # (copied to the device once: a copy from pageable host memory waits for the device's queue)
     times, T_world_cam = _camera_poses(capture, frames)  # [F], [F, 4, 4]
-    box_poses = [PoseTrajectory(t.times, t.T_world_box).at(times) for t in tracks]  # per track [F, 4, 4]
+    T_cam_world = invert_transform(T_world_cam).to(device)  # [F, 4, 4]
+    box_poses = [PoseTrajectory(t.times, t.T_world_box).at(times).to(device) for t in tracks]  # per track [F, 4, 4]
     model_of = _camera_models(capture, device)
     covered = []
     for k, (cam_id, fi) in enumerate(frames):
@@ -414,10 +417,10 @@ def colour_and_coverage(capture: Capture, frames: list[tuple[str, int]], static_
         world = [static_pts]
         for poses, track, local in zip(box_poses, tracks, actor_pts):
             if track.times[0] <= t <= track.times[-1]:
-                world.append(transform_points(poses[k].to(local.device), local))
+                world.append(transform_points(poses[k], local.to(device)))
             else:  # not there at t: push far behind every camera
                 world.append(torch.full_like(local, float("nan")))
-        pc = transform_points(invert_transform(T_world_cam[k]).to(device), torch.cat(world).to(device))
+        pc = transform_points(T_cam_world[k], torch.cat(world).to(device))
         uv, valid, depth = _project(model_of(cam_id), pc)
         if coverage:
             ns = static_pts.shape[0]
@@ -428,8 +431,10 @@ def colour_and_coverage(capture: Capture, frames: list[tuple[str, int]], static_
         cu = (uv[:, 0] + 0.5).floor().clamp(0, cam.width - 1).long()
         cv = (uv[:, 1] + 0.5).floor().clamp(0, cam.height - 1).long()
         # masks rather than boolean indexing: no host synchronisation per frame
-        key = torch.where(valid, (cv // cell) * gw + (cu // cell), gw * gh)  # invalid points: a spare cell
-        zbuf = torch.full((gw * gh + 1,), float("inf"), dtype=depth.dtype, device=device)
+        # points out of view go to SPREAD spare cells, not one (see band_coverage)
+        spare = gw * gh + torch.arange(valid.shape[0], device=device) % SPREAD
+        key = torch.where(valid, (cv // cell) * gw + (cu // cell), spare)
+        zbuf = torch.full((gw * gh + SPREAD,), float("inf"), dtype=depth.dtype, device=device)
         zbuf.scatter_reduce_(0, key, torch.where(valid, depth, torch.full_like(depth, float("inf"))), reduce="amin")
         seen = valid & (depth <= zbuf[key] * 1.05 + 0.2)
         mask = None if masks is None else masks(cam_id, fi)
@@ -455,14 +460,18 @@ def band_coverage(uv: torch.Tensor,  # [N, 2] pixels
     band_w = -(-width // ABOVE_BANDS)
     col = torch.where(valid, uv[:, 0], torch.zeros_like(uv[:, 0]))  # NaN would not floor to a band
     band = torch.where(valid, (col + 0.5).floor().clamp(0, width - 1).long() // band_w, ABOVE_BANDS)
+    # each band's atomics spread over SPREAD slots: most points of a frame are out of view and
+    # share the spare band, and a float64 minimum is a compare-and-swap loop that they would queue on
+    slot = band * SPREAD + torch.arange(band.shape[0], device=band.device) % SPREAD
     v = torch.where(valid, uv[:, 1], torch.full_like(uv[:, 1], float("inf")))
-    top = torch.full((ABOVE_BANDS + 1,), float("inf"), dtype=v.dtype, device=v.device)
-    top.scatter_reduce_(0, band, v, reduce="amin")
+    top = torch.full(((ABOVE_BANDS + 1) * SPREAD,), float("inf"), dtype=v.dtype, device=v.device)
+    top = top.scatter_reduce_(0, slot, v, reduce="amin").view(ABOVE_BANDS + 1, SPREAD).amin(1)
     near_top = valid & (v <= top[band] + 0.02 * height)
     dist = dist.to(v.dtype)
-    total = torch.zeros(ABOVE_BANDS + 1, dtype=v.dtype, device=v.device).scatter_add_(
-        0, band, torch.where(near_top, dist, torch.zeros_like(dist)))
-    n = torch.zeros(ABOVE_BANDS + 1, dtype=v.dtype, device=v.device).scatter_add_(0, band, near_top.to(v.dtype))
+    sums = torch.zeros(2, (ABOVE_BANDS + 1) * SPREAD, dtype=v.dtype, device=v.device)
+    sums[0].scatter_add_(0, slot, torch.where(near_top, dist, torch.zeros_like(dist)))
+    sums[1].scatter_add_(0, slot, near_top.to(v.dtype))
+    total, n = sums.view(2, ABOVE_BANDS + 1, SPREAD).sum(2)
     return torch.stack((top, total / n.clamp_min(1)))
 
 
@@ -470,11 +479,13 @@ def lidar_coverage(capture: Capture, frames: list[tuple[str, int]], static_pts: 
                    device: torch.device) -> torch.Tensor:
     """Every frame's ``band_coverage`` of the static points: ``[F, 2, ABOVE_BANDS + 1]``."""
     _, T_world_cam = _camera_poses(capture, frames)  # [F, 4, 4]
+    T_cam_world = invert_transform(T_world_cam).to(device)  # [F, 4, 4], copied once (see colour_and_coverage)
     model_of = _camera_models(capture, device)
     covered = []
+    static_pts = static_pts.to(device)
     for k, (cam_id, _fi) in enumerate(frames):
         cam = capture.cameras[cam_id]
-        pc = transform_points(invert_transform(T_world_cam[k]).to(device), static_pts.to(device))
+        pc = transform_points(T_cam_world[k], static_pts)
         uv, valid, depth = _project(model_of(cam_id), pc)
         covered.append(band_coverage(uv, valid, depth, cam.width, cam.height))
     return _stacked_coverage(covered, device)
@@ -515,8 +526,11 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
     model_of = _camera_models(capture, device)
     cover = coverage.cpu()  # [F, 2, B + 1]: the one read back
     tops_host, dists_host = cover[:, 0], cover[:, 1]
-    pts, cols, kept = [], [], []
-    for k, (cam_id, fi) in enumerate(frames):
+    # the draws on the host first, then one copy to the device: a copy per frame would wait for
+    # the device work of the frames before it
+    drawn: list[tuple[int, int]] = []  # (frame, samples)
+    samples = []  # per frame [3, m]: column, row, distance
+    for k, (cam_id, _fi) in enumerate(frames):
         cam = capture.cameras[cam_id]
         band_w = -(-cam.width // ABOVE_BANDS)
         # no more points than the room above the coverage has pixels to tell them apart
@@ -535,18 +549,26 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
         u, v_px, b, spread = u[ok], v_px[ok], b[ok], spread[ok]
         if u.numel() == 0:
             continue
-        u_d, v_d = u.to(device), v_px.to(device)
+        drawn.append((k, u.numel()))
+        samples.append(torch.stack((u.double(), v_px.double(), dists_host[k][b] * spread)))
+    if not drawn:
+        return torch.zeros(0, 3, dtype=torch.float64, device=device), torch.zeros(0, 3, device=device)
+    on_device = torch.cat(samples, dim=1).to(device)  # [3, M]
+    T_world_cam = T_world_cam.to(device)
+    pts, cols, kept = [], [], []
+    start = 0
+    for k, m in drawn:
+        cam_id, fi = frames[k]
+        u_d, v_d = on_device[0, start:start + m].long(), on_device[1, start:start + m].long()
+        d = on_device[2, start:start + m]
+        start += m
         mask = None if masks is None else masks(cam_id, fi)
         # masked samples are dropped after the loop: a boolean index here would wait for the device
-        kept.append(torch.ones(u.numel(), dtype=torch.bool, device=device) if mask is None
-                    else mask.to(device)[v_d, u_d])
+        kept.append(torch.ones(m, dtype=torch.bool, device=device) if mask is None else mask.to(device)[v_d, u_d])
         rays = model_of(cam_id).unproject(torch.stack((u_d, v_d), -1).double())
         rays = rays / rays.norm(dim=-1, keepdim=True)
-        d = (dists_host[k][b] * spread).to(device)
-        pts.append(transform_points(T_world_cam[k].to(device), rays * d[:, None]))
+        pts.append(transform_points(T_world_cam[k], rays * d[:, None]))
         cols.append(images(cam_id, fi).to(device)[v_d, u_d].float() / 255.0)
-    if not pts:
-        return torch.zeros(0, 3, dtype=torch.float64, device=device), torch.zeros(0, 3, device=device)
     keep = torch.cat(kept)
     return torch.cat(pts)[keep][:count], torch.cat(cols)[keep][:count]
 
