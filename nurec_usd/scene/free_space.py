@@ -110,7 +110,7 @@ def seen_through(points: torch.Tensor,  # [M, 3] world
     if points.shape[0] == 0 or n_sweeps == 0:
         return out
     p = points.double()
-    elevation = model._elevation.to(device=device, dtype=torch.float64)
+    elevation = torch.deg2rad(model.elevation_deg.to(device=device, dtype=torch.float64))  # [C]
     half_gap = _half_gaps(elevation)
     columns = model.columns
     per = max(1, chunk // points.shape[0])
@@ -128,8 +128,8 @@ def seen_through(points: torch.Tensor,  # [M, 3] world
         _, el, rng = model.spherical(local)
         on_beam = (el - elevation[channel]).abs() <= half_gap[channel]
         col = torch.remainder(torch.round(column).long(), columns)
-        which = torch.arange(s0, s1, device=device)[:, None]
-        measured = nearest_around(sweeps.ranges[s0:s1].to(device), elevation)[which - s0, channel, col].double()
+        which = torch.arange(s1 - s0, device=device)[:, None]
+        measured = nearest_around(sweeps.ranges[s0:s1].to(device), elevation)[which, channel, col].double()
         margin = torch.clamp(measured * margin_fraction, min=margin_m)
         out |= (on_beam & (measured > 0) & (rng < measured - margin)).any(0)
     return out

@@ -182,7 +182,7 @@ def test_nearest_around_takes_neighbours_by_elevation_and_wraps_columns():
     ranges[0, 2, 5] = 3.0  # 0 degrees, last column
     ranges[0, 1, 0] = 0.0  # -10 degrees: no return
     ranges[0, 1, 3] = 2.0  # -10 degrees
-    near = nearest_around(ranges, model._elevation)
+    near = nearest_around(ranges, torch.deg2rad(model.elevation_deg))
     assert near[0, 0, 0] == 3.0 and near[0, 3, 0] == 3.0 and near[0, 2, 0] == 3.0  # over the wrap, either side
     assert near[0, 1, 0] == 0.0  # no return of its own: nothing
     assert near[0, 1, 1] == 20.0  # the missing return counts as none, not as 0 m
