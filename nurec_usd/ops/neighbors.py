@@ -46,7 +46,8 @@ _CELL_BUDGET_MAX = 1 << 23  # hash-grid cells at most (two int32 per cell: 64 Mi
 _LAST_ROUND = (1 << 31) - 1  # "every point is due": the round at a radius that reaches everything
 
 
-def knn_distances(points: torch.Tensor, k: int = 3, radius: float | None = None) -> torch.Tensor:
+def knn_distances(points: torch.Tensor, k: int = 3, radius: float | None = None,
+                  max_radius: float | None = None) -> torch.Tensor:
     """Distances from every point to its k nearest other points, ascending.
 
     Args:
@@ -54,19 +55,24 @@ def knn_distances(points: torch.Tensor, k: int = 3, radius: float | None = None)
         k: neighbours per point, 1 <= k <= KNN_MAX (8).
         radius: search radius (metres) of the first round for every point; it grows as
             needed, so it only affects speed. None: each point starts near its own spacing.
+        max_radius: neighbours farther than this are not searched for: their distances are
+            +inf (the rounds stop there; a caller that only needs near neighbours saves the
+            rounds that isolated points would take). None: no limit.
 
     Returns:
         float32 distances on ``points.device``, each row ascending; +inf where the cloud has
-        fewer than k other points (N <= k).  # [N, k]
+        fewer than k other points (N <= k) and past ``max_radius``.  # [N, k]
 
     Raises:
-        ValueError: wrong shape, dtype, k or radius, or non-finite coordinates.
+        ValueError: wrong shape, dtype, k, radius or max_radius, or non-finite coordinates.
     """
     _check_points(points)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= KNN_MAX:
         raise ValueError(f"k must be an int in [1, {KNN_MAX}], got {k!r}")
     if radius is not None and not (math.isfinite(radius) and radius > 0):
         raise ValueError(f"radius must be a positive finite number, got {radius!r}")
+    if max_radius is not None and not max_radius > 0:
+        raise ValueError(f"max_radius must be a positive number, got {max_radius!r}")
     n = points.shape[0]
     dist = torch.full((n, k), math.inf, dtype=torch.float32, device=points.device)  # [N, k]
     if n <= 1:
@@ -90,20 +96,25 @@ def knn_distances(points: torch.Tensor, k: int = 3, radius: float | None = None)
 
     count = torch.zeros(n, dtype=torch.int32, device=points.device)  # [N]
     j = int(first_round.min())
+    limit = r_all if max_radius is None else min(r_all, max(max_radius, r_floor))
     while True:
         r = r0 * 2.0**j
-        if r >= r_all:
-            r, j = r_all, _LAST_ROUND
+        if r >= limit:  # the last round: every point still unresolved is due
+            r, j = limit, _LAST_ROUND
         grid = _query_round(points, extent, full_extent, r, j, k, need, first_round, dist, count)
         remaining = torch.nonzero(count < need).squeeze(1)  # [M]; waits for the kernel
         del grid  # only now: the kernel has finished with it
         m = remaining.numel()
         if m == 0:
             break
+        if j == _LAST_ROUND and limit < r_all:  # what lies past max_radius stays +inf
+            break
         if m * n <= BRUTE_FORCE_PAIRS or j == _LAST_ROUND:
             dist[remaining] = _brute_force(points, remaining, k)
             break
         j = max(j + 1, int(first_round[remaining].min()))
+    if max_radius is not None:  # the brute-force finish and a last round at r_floor may reach past it
+        dist = torch.where(dist <= max_radius, dist, torch.full_like(dist, math.inf))
     return dist
 
 

@@ -277,11 +277,17 @@ def _downsample_to(points: torch.Tensor, voxel: float, max_points: int, *feature
 
 def initial_scales(points: torch.Tensor,  # [N, 3]
                    floor: float, ceiling: float) -> torch.Tensor:  # [N, 3]
-    """Isotropic scales from the mean distance to the 3 nearest neighbours."""
+    """Isotropic scales from the mean distance to the 3 nearest neighbours, clamped to [floor, ceiling]."""
     if points.shape[0] < 2:
         return torch.full((points.shape[0], 3), ceiling, dtype=points.dtype, device=points.device)
-    d = knn_distances(points.float(), k=3)
-    d = torch.where(torch.isfinite(d), d, torch.full_like(d, ceiling)).mean(-1)
+    if points.shape[0] <= 3:  # fewer than 3 neighbours: the missing ones count as the ceiling
+        d = knn_distances(points.float(), k=3)
+        d = torch.where(torch.isfinite(d), d, torch.full_like(d, ceiling)).mean(-1)
+    else:
+        # a point whose 3rd neighbour lies past 3 x ceiling has a mean past the ceiling: no need
+        # to find it (isolated points, such as those drawn above the lidar, cost search rounds)
+        d = knn_distances(points.float(), k=3, max_radius=3 * ceiling)
+        d = torch.where(torch.isinf(d).any(-1), torch.full_like(d[:, 0], ceiling), d.mean(-1))
     return d.clamp(floor, ceiling).to(points.dtype)[:, None].expand(-1, 3).contiguous()
 
 

@@ -151,3 +151,31 @@ def test_cuda_code_generation(tmp_path):
             pytest.skip(f"no NVRTC here: {exc}")
         raise
     assert paths and all(p.exists() and p.stat().st_size > 0 for p in paths)
+
+
+@pytest.mark.parametrize("name", ["clustered", "far_outliers", "uniform"])
+@pytest.mark.parametrize("max_radius", [0.05, 0.7, 40.0])
+def test_max_radius_is_the_brute_force_cut_there(name, max_radius, monkeypatch):
+    """With ``max_radius``, every distance up to it is the twin's and every one past it +inf,
+    with the brute-force finish and without; the rounds stop there (fewer of them on a cloud
+    with isolated points)."""
+    cloud = CLOUDS[name]()
+    want = knn_distances_reference(cloud, 3)
+    want = torch.where(want <= max_radius, want, torch.full_like(want, math.inf))
+    torch.testing.assert_close(knn_distances(cloud, 3, max_radius=max_radius), want, rtol=1e-5, atol=0.0)
+    monkeypatch.setattr(neighbors, "BRUTE_FORCE_PAIRS", 0)
+    radii = []
+    real_round = neighbors._query_round
+    monkeypatch.setattr(neighbors, "_query_round", lambda *a: radii.append(a[3]) or real_round(*a))
+    torch.testing.assert_close(knn_distances(cloud, 3, max_radius=max_radius), want, rtol=1e-5, atol=0.0)
+    assert max(radii) <= max(max_radius, 1e-6 * 3e4)
+    if name == "far_outliers":
+        capped = len(radii)
+        radii.clear()
+        knn_distances(cloud, 3)
+        assert capped < len(radii)
+
+
+def test_max_radius_is_checked():
+    with pytest.raises(ValueError, match="max_radius"):
+        knn_distances(torch.zeros(4, 3), max_radius=0.0)

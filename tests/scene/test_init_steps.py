@@ -65,6 +65,29 @@ def _moving_track() -> ActorTrack:
     return ActorTrack("car", "car", [4.0, 2.0, 1.5], times, T)
 
 
+@pytest.mark.parametrize("n", [2, 3, 4, 3000])
+def test_initial_scales_are_the_clamped_mean_of_the_three_nearest(n):
+    """``initial_scales`` searches neighbours only out to 3 x the ceiling: its scales are still
+    the mean distance to the 3 nearest neighbours (the missing ones of a tiny cloud at the
+    ceiling), clamped, as the brute-force twin gives them; here with dense clusters, sparse points
+    (as drawn above the lidar) and isolated ones past the search."""
+    from nurec_usd.ops.reference import knn_distances_reference
+    from nurec_usd.scene.init import initial_scales
+
+    g = torch.Generator().manual_seed(n)
+    pts = torch.cat([torch.randn(n // 2, 3, generator=g) * 0.3,
+                     torch.rand(n - n // 2 - n // 100, 3, generator=g) * torch.tensor([60.0, 60.0, 20.0]),
+                     torch.rand(n // 100, 3, generator=g) * 2000.0]).double()
+    floor, ceiling = 0.005, 1.0
+    d = knn_distances_reference(pts.float(), 3)
+    want = torch.where(torch.isfinite(d), d, torch.full_like(d, ceiling)).mean(-1).clamp(floor, ceiling)
+    got = initial_scales(pts, floor, ceiling)
+    assert got.shape == (n, 3) and got.dtype == torch.float64
+    torch.testing.assert_close(got[:, 0].float(), want, rtol=1e-5, atol=0.0)
+    if n == 3000:  # both cases occur: the ceiling, and in between
+        assert (got[:, 0] == ceiling).sum() > 100 and ((got[:, 0] > floor) & (got[:, 0] < ceiling)).sum() > 100
+
+
 def test_points_inside_a_moving_box_go_to_the_actor_in_its_frame():
     track = _moving_track()
     pts = torch.tensor([[1.5, 0.5, 0.0],  # t=0: inside (box at the origin)
