@@ -25,6 +25,7 @@ from nurec_usd.capture.model import Capture
 from nurec_usd.ops.neighbors import knn_distances, statistical_outliers
 from nurec_usd.scene.free_space import SweepRanges, seen_through
 from nurec_usd.scene.gaussians import ActorTrack, GaussianParams, Scene
+from nurec_usd.scene.surface_frames import flat_on_surfaces
 from nurec_usd.sensors.se3 import PoseTrajectory, invert_transform, transform_points
 from nurec_usd.util.options import option
 from nurec_usd.util.prefetch import prefetched
@@ -53,6 +54,9 @@ class InitConfig:
     # this (metres, or 5% of the return if more) are dropped (nurec_usd.scene.free_space); -1: kept
     above_lidar_free_space_m: float = option(0.3, low=-1, high=1000)
     sky_rows: int = option(16, low=1, high=1024)  # sky map size: rows (elevation) x 4 rows (azimuth)
+    # lidar captures: the static Gaussians of planar patches of points (cells of 4 voxels) start
+    # this thin across the patch, as a fraction of their size (nurec_usd.scene.surface_frames); 1: balls
+    flat_start_thickness: float = option(1.0, low=0, high=1, low_open=True)
 
 
 def _poses_at(traj: PoseTrajectory, times: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -764,12 +768,16 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
                                      masks)
         actor_int = [torch.full((p.shape[0],), 0.2, dtype=torch.float64, device=device) for p in actor_pts]
 
-    def gaussians(p: torch.Tensor, rgb: torch.Tensor, inten: torch.Tensor, vox: float) -> GaussianParams:
-        scales = initial_scales(p, floor=vox * 0.05, ceiling=vox * 10)
-        return GaussianParams.create(p.float(), scales.float(), rgb.float(), config.opacity, inten.float())
+    def gaussians(p: torch.Tensor, rgb: torch.Tensor, inten: torch.Tensor, vox: float,
+                  flat: bool = False) -> GaussianParams:
+        scales, quats = initial_scales(p, floor=vox * 0.05, ceiling=vox * 10), None
+        if flat and config.flat_start_thickness < 1:
+            scales, quats = flat_on_surfaces(p, scales[:, 0], 4 * vox, config.flat_start_thickness)
+            quats = quats.float()
+        return GaussianParams.create(p.float(), scales.float(), rgb.float(), config.opacity, inten.float(), quats)
 
     with part("scales"):
-        static = gaussians(static_pts, static_rgb, static_int, voxel)
+        static = gaussians(static_pts, static_rgb, static_int, voxel, flat=bool(train_sweeps))
         actor_sets = [gaussians(p, c, i, config.actor_voxel_m) for p, c, i in zip(actor_pts, actor_rgb, actor_int)]
     if actor_sets:
         actors = GaussianParams(**{k: torch.cat([getattr(a, k) for a in actor_sets])

@@ -1,0 +1,88 @@
+"""``flat_on_surfaces``: discs on planar patches of points, balls elsewhere."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from nurec_usd.scene.surface_frames import flat_on_surfaces
+from nurec_usd.sensors.se3 import quat_to_matrix
+
+
+def _covariances(scales: torch.Tensor, quats: torch.Tensor) -> torch.Tensor:  # [N, 3, 3]
+    """The Gaussians' covariances as the renderer builds them: R diag(s)^2 R^T."""
+    M = quat_to_matrix(quats) * scales[:, None, :]
+    return M @ M.transpose(-1, -2)
+
+
+def _tilted_plane(n: int, normal: torch.Tensor, gen: torch.Generator, noise: float = 0.002) -> torch.Tensor:
+    """Points on the plane through (1, 2, 3) with this normal, in a 4 m square, with a little noise."""
+    normal = normal / normal.norm()
+    a = torch.linalg.cross(normal, torch.tensor([0.3, 0.5, 0.8], dtype=torch.float64))
+    a = a / a.norm()
+    b = torch.linalg.cross(normal, a)
+    uv = torch.rand(n, 2, generator=gen, dtype=torch.float64) * 4 - 2
+    offset = torch.randn(n, generator=gen, dtype=torch.float64) * noise
+    return torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64) + uv[:, :1] * a + uv[:, 1:] * b + offset[:, None] * normal
+
+
+@pytest.mark.parametrize("normal", [(0.0, 0.0, 1.0), (1.0, 0.0, 0.0), (0.4, -0.7, 0.6)])
+def test_a_plane_gets_discs_across_its_normal(normal):
+    """On a tilted plane the points become discs (all but those of the few cells the plane only
+    clips, with under 6 points): a disc's thinnest direction is the plane's normal, with
+    ``thickness`` times the ball's scale; the other two keep the ball's."""
+    gen = torch.Generator().manual_seed(1)
+    normal = torch.tensor(normal, dtype=torch.float64)
+    pts = _tilted_plane(4000, normal, gen)
+    balls = torch.full((4000,), 0.05, dtype=torch.float64)
+    scales, quats = flat_on_surfaces(pts, balls, cell=0.5, thickness=0.2)
+    assert scales.shape == (4000, 3) and quats.shape == (4000, 4) and scales.dtype == torch.float64
+    torch.testing.assert_close(quats.norm(dim=-1), torch.ones(4000, dtype=torch.float64))
+    disc = scales[:, 2] < scales[:, 0]
+    assert int(disc.sum()) >= 0.97 * 4000
+    values, vectors = torch.linalg.eigh(_covariances(scales[disc], quats[disc]))
+    thin = vectors[:, :, 0]  # [n, 3] the smallest eigenvalue's direction
+    assert float((thin @ (normal / normal.norm())).abs().min()) > 0.99
+    torch.testing.assert_close(values.sqrt(), torch.tensor([0.01, 0.05, 0.05], dtype=torch.float64).expand(len(thin), 3))
+    assert torch.equal(scales[~disc], balls[~disc, None].expand(-1, 3))
+
+
+def test_a_ball_of_points_and_sparse_cells_stay_balls():
+    """Points filling a volume (no plane) and cells of fewer than 6 points keep the ball and
+    the identity rotation."""
+    gen = torch.Generator().manual_seed(2)
+    blob = torch.rand(3000, 3, generator=gen, dtype=torch.float64)  # a 1 m cube, cells of 0.5 m
+    sparse = torch.rand(40, 3, generator=gen, dtype=torch.float64) * 1000 + 10  # about one point a cell
+    pts = torch.cat([blob, sparse])
+    balls = torch.rand(pts.shape[0], generator=gen, dtype=torch.float64) * 0.1 + 0.01
+    scales, quats = flat_on_surfaces(pts, balls, cell=0.5, thickness=0.2)
+    assert torch.equal(scales, balls[:, None].expand(-1, 3))
+    assert torch.equal(quats, torch.tensor([[1.0, 0.0, 0.0, 0.0]], dtype=torch.float64).expand(pts.shape[0], 4))
+
+
+def test_each_cell_fits_its_own_plane():
+    """A floor and a wall meeting at a corner, cells of 0.5 m: points of floor-only cells get the
+    floor's normal, of wall-only cells the wall's; the cells that hold both are not planar."""
+    gen = torch.Generator().manual_seed(3)
+    floor = torch.cat([torch.rand(3000, 2, generator=gen, dtype=torch.float64) * 3,
+                       torch.zeros(3000, 1, dtype=torch.float64) + 0.25], 1)  # z = 0.25: mid-cell
+    wall = torch.cat([torch.zeros(3000, 1, dtype=torch.float64) + 0.25,
+                      torch.rand(3000, 2, generator=gen, dtype=torch.float64) * 3], 1)  # x = 0.25
+    pts = torch.cat([floor, wall])
+    scales, quats = flat_on_surfaces(pts, torch.full((6000,), 0.04, dtype=torch.float64), 0.5, 0.25)
+    _, vectors = torch.linalg.eigh(_covariances(scales, quats))
+    thin = vectors[:, :, 0].abs()
+    cell = torch.floor(pts / 0.5).long()
+    corner = (cell[:, 0] == 0) & (cell[:, 2] == 0)  # the cells on the corner's line hold both
+    on_floor = torch.arange(6000) < 3000
+    assert bool((thin[on_floor & ~corner, 2] > 0.999).all()) and bool((thin[~on_floor & ~corner, 0] > 0.999).all())
+    assert bool((scales[corner] == 0.04).all())
+
+
+def test_bad_arguments_are_refused():
+    pts = torch.zeros(3, 3, dtype=torch.float64)
+    for cell, thickness in ((0.0, 0.5), (1.0, 0.0), (1.0, 1.5), (math.nan, 0.5)):
+        with pytest.raises(ValueError, match="cell > 0 and 0 < thickness <= 1"):
+            flat_on_surfaces(pts, torch.ones(3, dtype=torch.float64), cell, thickness)
