@@ -5,11 +5,15 @@ Steps, all tensor code on the training device:
    time (``lidar_world_points``);
 2. points inside a tracked box at their firing time become that actor's points, in the box
    frame; the rest are static;
-3. voxel downsampling (static and per actor), statistical outlier removal, and isotropic
-   initial scales from the mean distance to the 3 nearest neighbours (Warp hash grid);
+3. voxel downsampling (static and per actor) and statistical outlier removal;
 4. colours from the training frames that see each point (a coarse z-buffer keeps occluded
-   points from taking a foreground colour);
-5. the sky map starts at the mean colour of the images' upper rows.
+   points from taking a foreground colour), and in the same pass each frame's top of the
+   lidar's coverage;
+5. points where the cameras see above that coverage (``points_above_lidar``), less those a
+   training sweep saw through (``nurec_usd.scene.free_space``);
+6. isotropic initial scales from the mean distance to the 3 nearest neighbours (Warp hash
+   grid), optionally flattened into discs on planar patches (``nurec_usd.scene.surface_frames``);
+7. the sky map starts at the mean colour of the images' upper rows.
 """
 
 from __future__ import annotations
