@@ -341,6 +341,13 @@ ABOVE_PIXELS_PER_POINT = 32  # a frame seeds at most one point per this many pix
 SPREAD = 1024  # slots a contended scatter's target is spread over (band_coverage, the colours' depth buffer)
 
 
+def _spread(n: int, device: torch.device) -> torch.Tensor:  # [n] long in [0, SPREAD)
+    """Which of ``SPREAD`` slots each of ``n`` scattered values goes to. On a GPU a float64
+    minimum is a compare-and-swap loop: thousands of values on one target (a frame's points out
+    of view) queue on it, spread over slots they do not."""
+    return torch.arange(n, device=device) % SPREAD
+
+
 def _project(model: Any, pc: torch.Tensor  # [N, 3] camera frame
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Pixels ``[N, 2]``, whether each point lands in front of the camera ``[N]`` (projected, finite,
@@ -351,16 +358,18 @@ def _project(model: Any, pc: torch.Tensor  # [N, 3] camera frame
     return uv, valid, depth
 
 
-def _camera_poses(capture: Capture, frames: list[tuple[str, int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each frame's time ``[F]`` (seconds, float64) and camera-to-world pose ``[F, 4, 4]`` (float64,
-    on the host): the rig's pose at the frame's time, then the camera's mount. All at once, so
-    that loops over the frames only queue device work."""
+def _camera_poses(capture: Capture, frames: list[tuple[str, int]],
+                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each frame's time ``[F]`` (seconds, float64, on the host) and camera-to-world pose
+    ``[F, 4, 4]`` (float64, on ``device``): the rig's pose at the frame's time, then the camera's
+    mount. All at once and copied once, so that loops over the frames only queue device work (a
+    copy from pageable host memory waits for the device's queue)."""
     times = torch.tensor([float(capture.seconds(capture.cameras[c].frames[i].timestamp_us)) for c, i in frames],
                          dtype=torch.float64)  # [F]
     T_world_rig = capture.rig_trajectory().at(times)  # [F, 4, 4]
     poses = [T_world_rig[k] @ torch.as_tensor(capture.cameras[c].T_rig_camera, dtype=torch.float64)
              for k, (c, _) in enumerate(frames)]
-    return times, (torch.stack(poses) if poses else torch.zeros(0, 4, 4, dtype=torch.float64))
+    return times, (torch.stack(poses) if poses else torch.zeros(0, 4, 4, dtype=torch.float64)).to(device)
 
 
 def _camera_models(capture: Capture, device: torch.device) -> Callable[[str], Any]:
@@ -417,11 +426,10 @@ def colour_and_coverage(capture: Capture, frames: list[tuple[str, int]], static_
     n = sum(sizes)
     acc = torch.zeros(n, 3, dtype=torch.float32, device=device)
     cnt = torch.zeros(n, dtype=torch.float32, device=device)
-    # every frame's camera and box poses at once, every camera's model once: per frame, the loop
-    # below only queues device work (drive30 colours from 72 frames with 13 actors)
-    # (copied to the device once: a copy from pageable host memory waits for the device's queue)
-    times, T_world_cam = _camera_poses(capture, frames)  # [F], [F, 4, 4]
-    T_cam_world = invert_transform(T_world_cam).to(device)  # [F, 4, 4]
+    # every frame's camera and box poses at once, on the device, every camera's model once: per
+    # frame, the loop below only queues device work (drive30 colours from 72 frames with 13 actors)
+    times, T_world_cam = _camera_poses(capture, frames, device)  # [F], [F, 4, 4]
+    T_cam_world = invert_transform(T_world_cam)  # [F, 4, 4]
     box_poses = [PoseTrajectory(t.times, t.T_world_box).at(times).to(device) for t in tracks]  # per track [F, 4, 4]
     model_of = _camera_models(capture, device)
     covered = []
@@ -445,8 +453,7 @@ def colour_and_coverage(capture: Capture, frames: list[tuple[str, int]], static_
         cu = (uv[:, 0] + 0.5).floor().clamp(0, cam.width - 1).long()
         cv = (uv[:, 1] + 0.5).floor().clamp(0, cam.height - 1).long()
         # masks rather than boolean indexing: no host synchronisation per frame
-        # points out of view go to SPREAD spare cells, not one (see band_coverage)
-        spare = gw * gh + torch.arange(valid.shape[0], device=device) % SPREAD
+        spare = gw * gh + _spread(valid.shape[0], device)  # points out of view: SPREAD spare cells, not one
         key = torch.where(valid, (cv // cell) * gw + (cu // cell), spare)
         zbuf = torch.full((gw * gh + SPREAD,), float("inf"), dtype=depth.dtype, device=device)
         zbuf.scatter_reduce_(0, key, torch.where(valid, depth, torch.full_like(depth, float("inf"))), reduce="amin")
@@ -474,9 +481,7 @@ def band_coverage(uv: torch.Tensor,  # [N, 2] pixels
     band_w = -(-width // ABOVE_BANDS)
     col = torch.where(valid, uv[:, 0], torch.zeros_like(uv[:, 0]))  # NaN would not floor to a band
     band = torch.where(valid, (col + 0.5).floor().clamp(0, width - 1).long() // band_w, ABOVE_BANDS)
-    # each band's atomics spread over SPREAD slots: most points of a frame are out of view and
-    # share the spare band, and a float64 minimum is a compare-and-swap loop that they would queue on
-    slot = band * SPREAD + torch.arange(band.shape[0], device=band.device) % SPREAD
+    slot = band * SPREAD + _spread(band.shape[0], band.device)  # most points share the spare band
     v = torch.where(valid, uv[:, 1], torch.full_like(uv[:, 1], float("inf")))
     top = torch.full(((ABOVE_BANDS + 1) * SPREAD,), float("inf"), dtype=v.dtype, device=v.device)
     top = top.scatter_reduce_(0, slot, v, reduce="amin").view(ABOVE_BANDS + 1, SPREAD).amin(1)
@@ -492,8 +497,8 @@ def band_coverage(uv: torch.Tensor,  # [N, 2] pixels
 def lidar_coverage(capture: Capture, frames: list[tuple[str, int]], static_pts: torch.Tensor,  # [Ns, 3] world
                    device: torch.device) -> torch.Tensor:
     """Every frame's ``band_coverage`` of the static points: ``[F, 2, ABOVE_BANDS + 1]``."""
-    _, T_world_cam = _camera_poses(capture, frames)  # [F, 4, 4]
-    T_cam_world = invert_transform(T_world_cam).to(device)  # [F, 4, 4], copied once (see colour_and_coverage)
+    _, T_world_cam = _camera_poses(capture, frames, device)  # [F, 4, 4]
+    T_cam_world = invert_transform(T_world_cam)  # [F, 4, 4]
     model_of = _camera_models(capture, device)
     covered = []
     static_pts = static_pts.to(device)
@@ -536,7 +541,7 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
     gen = torch.Generator().manual_seed(seed)
     images = images or decoded_images(capture)
     per = -(-count // max(1, len(frames)))
-    _, T_world_cam = _camera_poses(capture, frames)  # [F, 4, 4]
+    _, T_world_cam = _camera_poses(capture, frames, device)  # [F, 4, 4]
     model_of = _camera_models(capture, device)
     cover = coverage.cpu()  # [F, 2, B + 1]: the one read back
     tops_host, dists_host = cover[:, 0], cover[:, 1]
@@ -568,7 +573,6 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
     if not drawn:
         return torch.zeros(0, 3, dtype=torch.float64, device=device), torch.zeros(0, 3, device=device)
     on_device = torch.cat(samples, dim=1).to(device)  # [3, M]
-    T_world_cam = T_world_cam.to(device)
     pts, cols, kept = [], [], []
     start = 0
     for k, m in drawn:
