@@ -258,8 +258,7 @@ def initial_scene(capture: Capture, data: CaptureData, init: InitConfig,
         images, masks = full_size_images(images, sizes), full_size_images(masks, sizes)
     return initialize_scene(capture, sweeps, frames, init, data.device, log=log, intensity_scale=data.intensity_scale,
                             images=images, masks=masks, clock=clock, sweep_points=data.sweep_points,
-                            free_space=data.training_ranges()
-                            if init.above_lidar_points > 0 and init.above_lidar_free_space_m >= 0 else ())
+                            free_space=data.training_ranges())
 
 
 def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_s: float | None = None,

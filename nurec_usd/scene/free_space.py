@@ -27,6 +27,9 @@ class SweepRanges:
     rot_end: torch.Tensor  # [S, 4] ... one revolution later (equal to the start for compensated sweeps)
     trans_end: torch.Tensor  # [S, 3]
     ranges: torch.Tensor  # [S, C, W] nearest return per ray in metres; 0 (no return) or -1 (left out) carve nothing
+    # [S'] long: the sweeps to judge against (default: all), so that a capture's training sweeps
+    # need no copy of its range images
+    use: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         s = self.ranges.shape[0]
@@ -38,6 +41,15 @@ class SweepRanges:
         if self.ranges.dim() != 3 or tuple(self.ranges.shape[1:]) != (self.model.channels, self.model.columns):
             raise ValueError(f"SweepRanges.ranges has shape {tuple(self.ranges.shape)}, expected (S, "
                              f"{self.model.channels}, {self.model.columns}) for the lidar's channels and columns")
+        if self.use is not None and (self.use.dim() != 1 or self.use.dtype != torch.long
+                                     or bool(((self.use < 0) | (self.use >= s)).any())):
+            raise ValueError(f"SweepRanges.use must be a 1-D long tensor of indices below {s} (the sweeps), "
+                             f"got {self.use.dtype} of shape {tuple(self.use.shape)}")
+
+    @property
+    def count(self) -> int:
+        """The sweeps judged against."""
+        return self.ranges.shape[0] if self.use is None else self.use.numel()
 
 
 def _half_gaps(elevation: torch.Tensor) -> torch.Tensor:  # [C] radians -> [C]
@@ -106,7 +118,7 @@ def seen_through(points: torch.Tensor,  # [M, 3] world
     model = sweeps.model
     device = points.device
     out = torch.zeros(points.shape[0], dtype=torch.bool, device=device)
-    n_sweeps = sweeps.ranges.shape[0]
+    n_sweeps = sweeps.count
     if points.shape[0] == 0 or n_sweeps == 0:
         return out
     p = points.double()
@@ -116,10 +128,11 @@ def seen_through(points: torch.Tensor,  # [M, 3] world
     per = max(1, chunk // points.shape[0])
     for s0 in range(0, n_sweeps, per):
         s1 = min(n_sweeps, s0 + per)
-        q0 = sweeps.rot_start[s0:s1].to(device=device, dtype=torch.float64)
-        t0 = sweeps.trans_start[s0:s1].to(device=device, dtype=torch.float64)
-        q1 = sweeps.rot_end[s0:s1].to(device=device, dtype=torch.float64)
-        t1 = sweeps.trans_end[s0:s1].to(device=device, dtype=torch.float64)
+        pick = slice(s0, s1) if sweeps.use is None else sweeps.use[s0:s1]
+        q0 = sweeps.rot_start[pick].to(device=device, dtype=torch.float64)
+        t0 = sweeps.trans_start[pick].to(device=device, dtype=torch.float64)
+        q1 = sweeps.rot_end[pick].to(device=device, dtype=torch.float64)
+        t1 = sweeps.trans_end[pick].to(device=device, dtype=torch.float64)
         _, column = model.channel_and_column(_in_sensor(p, q0, t0))  # [s, M]
         alpha = column / columns  # [s, M]: the revolution's fraction when that column fires
         q = quat_slerp(q0[:, None].expand(-1, p.shape[0], -1), q1[:, None].expand(-1, p.shape[0], -1), alpha)
@@ -129,7 +142,7 @@ def seen_through(points: torch.Tensor,  # [M, 3] world
         on_beam = (el - elevation[channel]).abs() <= half_gap[channel]
         col = torch.remainder(torch.round(column).long(), columns)
         which = torch.arange(s1 - s0, device=device)[:, None]
-        measured = nearest_around(sweeps.ranges[s0:s1].to(device), elevation)[which, channel, col].double()
+        measured = nearest_around(sweeps.ranges[pick].to(device), elevation)[which, channel, col].double()
         margin = torch.clamp(measured * margin_fraction, min=margin_m)
         out |= (on_beam & (measured > 0) & (rng < measured - margin)).any(0)
     return out

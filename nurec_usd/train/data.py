@@ -430,16 +430,16 @@ class CaptureData:
         return scale
 
     def training_ranges(self) -> list[SweepRanges]:
-        """Each lidar's training sweeps as range images with their poses (copies): what
-        ``nurec_usd.scene.free_space`` judges points against."""
+        """Each lidar's training sweeps as range images with their poses (the lidar's own tensors,
+        the training sweeps picked by ``use``): what ``nurec_usd.scene.free_space`` judges points against."""
         out = []
         for li, lidar in enumerate(self.lidars):
             train = torch.tensor([s.sweep for s in self.train_sweeps if s.lidar == li], dtype=torch.long,
                                  device=lidar.ranges.device)
             if train.numel():
                 out.append(SweepRanges(self.capture.lidars[lidar.id].sensor_model(torch.float64, self.device),
-                                       lidar.rot_start[train], lidar.trans_start[train], lidar.rot_end[train],
-                                       lidar.trans_end[train], lidar.ranges[train]))
+                                       lidar.rot_start, lidar.trans_start, lidar.rot_end, lidar.trans_end,
+                                       lidar.ranges, use=train))
         return out
 
     def release_sweep_points(self) -> None:

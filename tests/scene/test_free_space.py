@@ -172,6 +172,12 @@ def test_matches_a_slow_per_point_twin(rotation):
     assert 20 <= want.sum() <= 380  # the draw judges points both ways
     for chunk in (150, 10_000):
         assert seen_through(pts, sweeps, chunk=chunk).numpy().tolist() == want.tolist()
+    # some of the sweeps, picked by ``use``, as those sweeps copied out
+    use = torch.tensor([3, 0, 4])
+    picked = SweepRanges(model, q0[use], t0[use], q1[use], t1[use], ranges[use])
+    for chunk in (150, 10_000):
+        assert torch.equal(seen_through(pts, SweepRanges(model, q0, t0, q1, t1, ranges, use=use), chunk=chunk),
+                           seen_through(pts, picked, chunk=chunk))
 
 
 def test_nearest_around_takes_neighbours_by_elevation_and_wraps_columns():
@@ -197,5 +203,7 @@ def test_bad_shapes_are_refused_naming_the_field():
         SweepRanges(model, q, t, q, torch.zeros(3, 3), torch.zeros(2, 4, 72))
     with pytest.raises(ValueError, match=r"ranges has shape \(2, 4, 71\)"):
         SweepRanges(model, q, t, q, t, torch.zeros(2, 4, 71))
+    with pytest.raises(ValueError, match="use must be a 1-D long tensor of indices below 2"):
+        SweepRanges(model, q, t, q, t, torch.zeros(2, 4, 72), use=torch.tensor([0, 2]))
     with pytest.raises(ValueError, match="non-negative margins"):
         seen_through(torch.zeros(1, 3), SweepRanges(model, q, t, q, t, torch.zeros(2, 4, 72)), margin_m=-1)

@@ -175,7 +175,7 @@ def test_the_initial_scene_drops_those_a_training_sweep_saw_through(handmade_cap
     every, said_every = drawn(-1)
     kept, said_kept = drawn(0.3)
     ranges = data.training_ranges()
-    assert len(ranges) == 1 and ranges[0].ranges.shape[0] == len(data.train_sweeps) < len(data.sweeps)
+    assert len(ranges) == 1 and ranges[0].count == len(data.train_sweeps) < len(data.sweeps) == ranges[0].ranges.shape[0]
     seen = seen_through(every.double(), ranges[0], 0.3)
     assert 0 < int(seen.sum()) < 0.1 * every.shape[0]
     torch.testing.assert_close(kept, every[~seen], rtol=0, atol=0)
