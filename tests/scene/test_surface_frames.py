@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from nurec_usd.scene.surface_frames import flat_on_surfaces
+from nurec_usd.scene.surface_frames import flat_on_surfaces, frame_about, null_direction, symmetric3_eigenvalues
 from nurec_usd.sensors.se3 import quat_to_matrix
 
 
@@ -86,3 +86,30 @@ def test_bad_arguments_are_refused():
     for cell, thickness in ((0.0, 0.5), (1.0, 0.0), (1.0, 1.5), (math.nan, 0.5)):
         with pytest.raises(ValueError, match="cell > 0 and 0 < thickness <= 1"):
             flat_on_surfaces(pts, torch.ones(3, dtype=torch.float64), cell, thickness)
+
+
+def test_the_closed_form_eigenproblem_matches_torch():
+    """``symmetric3_eigenvalues`` and ``null_direction`` against ``torch.linalg.eigh`` on random
+    covariances, flat ones (one eigenvalue 1e-6 of the others), discs with two equal eigenvalues,
+    and multiples of the identity; ``frame_about`` gives rotations about the normal."""
+    gen = torch.Generator().manual_seed(4)
+    rot = torch.linalg.qr(torch.randn(400, 3, 3, generator=gen, dtype=torch.float64)).Q  # [400, 3, 3]
+    spreads = torch.rand(400, 3, generator=gen, dtype=torch.float64) + 0.1
+    spreads[100:200, 0] *= 1e-6  # flat
+    spreads[200:300, 2] = spreads[200:300, 1]  # a disc: the two in-plane spreads equal
+    spreads[200:300, 0] *= 0.01
+    spreads[300:] = spreads[300:, :1]  # a ball: a multiple of the identity
+    cov = rot @ torch.diag_embed(spreads) @ rot.transpose(-1, -2) * 0.3
+    values = symmetric3_eigenvalues(cov)
+    expected, vectors = torch.linalg.eigh(cov)
+    # the angle's arccos loses half the digits where two eigenvalues meet: 1e-7 on values of 0.03-0.33
+    torch.testing.assert_close(values, expected, rtol=0, atol=1e-7)
+    normal = null_direction(cov[:300] - values[:300, 0, None, None] * torch.eye(3, dtype=torch.float64))
+    torch.testing.assert_close(normal.norm(dim=-1), torch.ones(300, dtype=torch.float64))
+    assert float((normal * vectors[:300, :, 0]).sum(-1).abs().min()) > 1 - 1e-9
+    frame = frame_about(normal)
+    torch.testing.assert_close(frame @ frame.transpose(-1, -2), torch.eye(3, dtype=torch.float64).expand(300, 3, 3))
+    torch.testing.assert_close(torch.linalg.det(frame), torch.ones(300, dtype=torch.float64))
+    torch.testing.assert_close(frame[:, :, 2], normal)
+    assert torch.equal(null_direction(torch.zeros(2, 3, 3, dtype=torch.float64)),
+                       torch.tensor([[0.0, 0.0, 1.0]] * 2, dtype=torch.float64))
