@@ -546,49 +546,62 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
     cover = coverage.cpu()  # [F, 2, B + 1]: the one read back
     tops_host, dists_host = cover[:, 0], cover[:, 1]
     # the draws on the host first, then one copy to the device: a copy per frame would wait for
-    # the device work of the frames before it
-    drawn: list[tuple[int, int]] = []  # (frame, samples)
-    samples = []  # per frame [3, m]: column, row, distance
+    # the device work of the frames before it. Frames are taken camera by camera, so that each
+    # camera's rays are unprojected in one call (drive30 draws in 72 frames of 6 cameras).
+    by_camera: dict[str, list[int]] = {}
     for k, (cam_id, _fi) in enumerate(frames):
+        by_camera.setdefault(cam_id, []).append(k)
+    drawn: list[tuple[int, int]] = []  # (frame, samples), camera by camera
+    samples = []  # per frame [4, m]: column, row, distance, frame
+    for cam_id, ks in by_camera.items():
         cam = capture.cameras[cam_id]
         band_w = -(-cam.width // ABOVE_BANDS)
         # no more points than the room above the coverage has pixels to tell them apart
         widths = (cam.width - torch.arange(ABOVE_BANDS) * band_w).clamp(0, band_w)
-        rows = (tops_host[k][:ABOVE_BANDS] - 2.0).nan_to_num(0.0, posinf=0.0).clamp(0, cam.height)
-        area = float((widths * torch.where(rows >= 1.0, rows, torch.zeros_like(rows))).sum())
-        draws = min(per, int(area / pixels_per_point))
-        if draws < 1:
-            continue
-        u = torch.randint(0, cam.width, (draws,), generator=gen)
-        b = u // band_w
-        room = tops_host[k][b] - 2.0  # pixel rows above the band's top, less a margin
-        ok = torch.isfinite(room) & (room >= 1.0)
-        v_px = (torch.rand(draws, generator=gen, dtype=torch.float64) * room.clamp(0, cam.height)).floor().long()
-        spread = torch.exp(torch.randn(draws, generator=gen, dtype=torch.float64) * 0.2)
-        u, v_px, b, spread = u[ok], v_px[ok], b[ok], spread[ok]
-        if u.numel() == 0:
-            continue
-        drawn.append((k, u.numel()))
-        samples.append(torch.stack((u.double(), v_px.double(), dists_host[k][b] * spread)))
+        for k in ks:
+            rows = (tops_host[k][:ABOVE_BANDS] - 2.0).nan_to_num(0.0, posinf=0.0).clamp(0, cam.height)
+            area = float((widths * torch.where(rows >= 1.0, rows, torch.zeros_like(rows))).sum())
+            draws = min(per, int(area / pixels_per_point))
+            if draws < 1:
+                continue
+            u = torch.randint(0, cam.width, (draws,), generator=gen)
+            b = u // band_w
+            room = tops_host[k][b] - 2.0  # pixel rows above the band's top, less a margin
+            ok = torch.isfinite(room) & (room >= 1.0)
+            v_px = (torch.rand(draws, generator=gen, dtype=torch.float64) * room.clamp(0, cam.height)).floor().long()
+            spread = torch.exp(torch.randn(draws, generator=gen, dtype=torch.float64) * 0.2)
+            u, v_px, b, spread = u[ok], v_px[ok], b[ok], spread[ok]
+            if u.numel() == 0:
+                continue
+            drawn.append((k, u.numel()))
+            samples.append(torch.stack((u.double(), v_px.double(), dists_host[k][b] * spread,
+                                        torch.full_like(spread, float(k)))))
     if not drawn:
         return torch.zeros(0, 3, dtype=torch.float64, device=device), torch.zeros(0, 3, device=device)
-    on_device = torch.cat(samples, dim=1).to(device)  # [3, M]
-    pts, cols, kept = [], [], []
+    on_device = torch.cat(samples, dim=1).to(device)  # [4, M]
+    uv = on_device[:2].T.long()  # [M, 2]
+    rays = torch.empty(uv.shape[0], 3, dtype=torch.float64, device=device)  # [M, 3]
+    cols, kept = [], []
     start = 0
-    for k, m in drawn:
-        cam_id, fi = frames[k]
-        u_d, v_d = on_device[0, start:start + m].long(), on_device[1, start:start + m].long()
-        d = on_device[2, start:start + m]
-        start += m
-        mask = None if masks is None else masks(cam_id, fi)
-        # masked samples are dropped after the loop: a boolean index here would wait for the device
-        kept.append(torch.ones(m, dtype=torch.bool, device=device) if mask is None else mask.to(device)[v_d, u_d])
-        rays = model_of(cam_id).unproject(torch.stack((u_d, v_d), -1).double())
-        rays = rays / rays.norm(dim=-1, keepdim=True)
-        pts.append(transform_points(T_world_cam[k], rays * d[:, None]))
-        cols.append(images(cam_id, fi).to(device)[v_d, u_d].float() / 255.0)
+    for cam_id, ks in by_camera.items():
+        first = start
+        for k, m in drawn:
+            if frames[k][0] != cam_id:
+                continue
+            fi = frames[k][1]
+            u_d, v_d = uv[start:start + m, 0], uv[start:start + m, 1]
+            start += m
+            mask = None if masks is None else masks(cam_id, fi)
+            # masked samples are dropped after the loop: a boolean index here would wait for the device
+            kept.append(torch.ones(m, dtype=torch.bool, device=device) if mask is None else mask.to(device)[v_d, u_d])
+            cols.append(images(cam_id, fi).to(device)[v_d, u_d].float() / 255.0)
+        if start > first:
+            rays[first:start] = model_of(cam_id).unproject(uv[first:start].double())
+    T = T_world_cam[on_device[3].long()]  # [M, 4, 4] each sample's frame's camera pose
+    local = rays / rays.norm(dim=-1, keepdim=True) * on_device[2, :, None]  # [M, 3] camera frame
+    pts = (T[:, :3, :3] @ local[:, :, None])[:, :, 0] + T[:, :3, 3]
     keep = torch.cat(kept)
-    return torch.cat(pts)[keep][:count], torch.cat(cols)[keep][:count]
+    return pts[keep][:count], torch.cat(cols)[keep][:count]
 
 
 def spread_evenly(items: list, count: int) -> list:
