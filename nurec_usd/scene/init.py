@@ -60,7 +60,7 @@ class InitConfig:
     sky_rows: int = option(16, low=1, high=1024)  # sky map size: rows (elevation) x 4 rows (azimuth)
     # lidar captures: the static Gaussians of planar patches of points (cells of 4 voxels) start
     # this thin across the patch, as a fraction of their size (nurec_usd.scene.surface_frames); 1: balls
-    flat_start_thickness: float = option(1.0, low=0, high=1, low_open=True)
+    flat_start_thickness: float = option(0.2, low=0, high=1, low_open=True)
 
 
 def _poses_at(traj: PoseTrajectory, times: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
