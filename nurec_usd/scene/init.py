@@ -551,7 +551,7 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
     by_camera: dict[str, list[int]] = {}
     for k, (cam_id, _fi) in enumerate(frames):
         by_camera.setdefault(cam_id, []).append(k)
-    drawn: list[tuple[int, int]] = []  # (frame, samples), camera by camera
+    drawn: dict[str, list[tuple[int, int]]] = {}  # per camera (frame, samples), in the samples' order
     samples = []  # per frame [4, m]: column, row, distance, frame
     for cam_id, ks in by_camera.items():
         cam = capture.cameras[cam_id]
@@ -573,7 +573,7 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
             u, v_px, b, spread = u[ok], v_px[ok], b[ok], spread[ok]
             if u.numel() == 0:
                 continue
-            drawn.append((k, u.numel()))
+            drawn.setdefault(cam_id, []).append((k, u.numel()))
             samples.append(torch.stack((u.double(), v_px.double(), dists_host[k][b] * spread,
                                         torch.full_like(spread, float(k)))))
     if not drawn:
@@ -583,11 +583,9 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
     rays = torch.empty(uv.shape[0], 3, dtype=torch.float64, device=device)  # [M, 3]
     cols, kept = [], []
     start = 0
-    for cam_id, ks in by_camera.items():
+    for cam_id, frames_drawn in drawn.items():
         first = start
-        for k, m in drawn:
-            if frames[k][0] != cam_id:
-                continue
+        for k, m in frames_drawn:
             fi = frames[k][1]
             u_d, v_d = uv[start:start + m, 0], uv[start:start + m, 1]
             start += m
@@ -595,8 +593,7 @@ def points_above_lidar(capture: Capture, frames: list[tuple[str, int]], static_p
             # masked samples are dropped after the loop: a boolean index here would wait for the device
             kept.append(torch.ones(m, dtype=torch.bool, device=device) if mask is None else mask.to(device)[v_d, u_d])
             cols.append(images(cam_id, fi).to(device)[v_d, u_d].float() / 255.0)
-        if start > first:
-            rays[first:start] = model_of(cam_id).unproject(uv[first:start].double())
+        rays[first:start] = model_of(cam_id).unproject(uv[first:start].double())
     T = T_world_cam[on_device[3].long()]  # [M, 4, 4] each sample's frame's camera pose
     local = rays / rays.norm(dim=-1, keepdim=True) * on_device[2, :, None]  # [M, 3] camera frame
     pts = (T[:, :3, :3] @ local[:, :, None])[:, :, 0] + T[:, :3, 3]
@@ -795,6 +792,9 @@ def initialize_scene(capture: Capture, train_sweeps: list[tuple[str, int]], trai
         if flat and config.flat_start_thickness < 1:
             scales, quats = flat_on_surfaces(p, scales[:, 0], 4 * vox, config.flat_start_thickness)
             quats = quats.float()
+            discs = int((scales[:, 2] < scales[:, 0]).sum())
+            say(f"flat starting discs: {discs:,} of {p.shape[0]:,} static Gaussians lie in planar cells "
+                f"({discs / max(1, p.shape[0]):.0%})")
         return GaussianParams.create(p.float(), scales.float(), rgb.float(), config.opacity, inten.float(), quats)
 
     with part("scales"):

@@ -113,3 +113,34 @@ def test_the_closed_form_eigenproblem_matches_torch():
     torch.testing.assert_close(frame[:, :, 2], normal)
     assert torch.equal(null_direction(torch.zeros(2, 3, 3, dtype=torch.float64)),
                        torch.tensor([[0.0, 0.0, 1.0]] * 2, dtype=torch.float64))
+
+
+def test_the_initial_scene_starts_discs_on_the_lidar_surfaces(handmade_capture):
+    """``initial_scene`` on the hand-made street (a road and facades): by default some static
+    Gaussians start as discs, as many as its log line says, each with its third scale at 0.2 of
+    the others; ``flat_start_thickness=1`` keeps every one a ball and says nothing of discs."""
+    import re
+
+    from nurec_usd.capture.importers import load_any
+    from nurec_usd.pipeline import initial_scene
+    from nurec_usd.train.config import make_config
+    from nurec_usd.train.data import CaptureData
+
+    cap = load_any(handmade_capture)
+    data = CaptureData(cap, "cpu")
+    for thickness in (0.2, 1.0):
+        messages: list[str] = []
+        # cells of 4 voxels (1 m) span several of its lidar rings on the road: a cell of one ring is a line
+        config = make_config("fast", voxel_m=0.25, flat_start_thickness=thickness)
+        static = initial_scene(cap, data, config.init, log=messages.append).static
+        scales = static.log_scales.exp()  # [N, 3]
+        disc = scales[:, 2] < scales[:, 0] * 0.999
+        said = [m for m in messages if m.startswith("flat starting discs")]
+        if thickness == 1.0:
+            assert not bool(disc.any()) and not said
+            continue
+        assert said, messages
+        count, total = (int(x.replace(",", "")) for x in re.search(r"([\d,]+) of ([\d,]+)", said[0]).groups())
+        assert total == scales.shape[0] and count == int(disc.sum()) and count > 0.2 * total
+        torch.testing.assert_close(scales[disc, 2], 0.2 * scales[disc, 0], rtol=1e-5, atol=0)
+        torch.testing.assert_close(scales[disc, 1], scales[disc, 0], rtol=1e-5, atol=0)
