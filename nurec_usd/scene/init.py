@@ -30,6 +30,7 @@ from nurec_usd.ops.neighbors import knn_distances, statistical_outliers
 from nurec_usd.scene.free_space import SweepRanges, seen_through
 from nurec_usd.scene.gaussians import ActorTrack, GaussianParams, Scene
 from nurec_usd.scene.surface_frames import flat_on_surfaces
+from nurec_usd.scene.voxels import voxel_cells
 from nurec_usd.sensors.se3 import PoseTrajectory, invert_transform, transform_points
 from nurec_usd.util.options import option
 from nurec_usd.util.prefetch import prefetched
@@ -220,11 +221,7 @@ def _voxel_means(points: torch.Tensor,  # [N, 3]
     means (points, then features) and their total weights ``[M]``."""
     if points.shape[0] == 0:
         return (points, *features), torch.zeros(0, dtype=points.dtype, device=points.device)
-    key = torch.floor(points / voxel).long()
-    key = key - key.min(0).values
-    dims = key.max(0).values + 1
-    flat = (key[:, 0] * dims[1] + key[:, 1]) * dims[2] + key[:, 2]
-    _, inverse, counts = torch.unique(flat, return_inverse=True, return_counts=True)
+    inverse, counts = voxel_cells(points, voxel)
     if weights is None:
         total = counts.to(points.dtype)
     else:

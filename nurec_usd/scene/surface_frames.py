@@ -2,8 +2,8 @@
 
 Lidar points lie on surfaces (road, facades, cars), but a Gaussian started from a point is a
 ball: training spends its first steps flattening it onto the surface. ``flat_on_surfaces``
-fits a plane to the points of each cell of a coarse grid (the covariance's eigenvectors) and,
-where the cell is planar, turns its points' balls into discs in that plane.
+fits a plane to the points of each cell of a coarse grid (the covariance's thinnest direction)
+and, where the cell is planar, turns its points' balls into discs in that plane.
 
 The 3x3 eigenproblems are solved in closed form, elementwise on the points' device: CUDA's
 batched eigensolver (``torch.linalg.eigh`` on 10^5 matrices) failed with an internal cuSOLVER
@@ -16,6 +16,7 @@ import math
 
 import torch
 
+from nurec_usd.scene.voxels import voxel_cells
 from nurec_usd.sensors.se3 import matrix_to_quat
 
 PLANAR_RATIO = 0.1  # a cell is planar when its thinnest spread is under this fraction of the middle one
@@ -43,9 +44,9 @@ def flat_on_surfaces(points: torch.Tensor,  # [N, 3]
     if n == 0:
         return out_scales, quats
     p = points.double()
-    _, which = torch.unique(torch.floor(p / cell).long(), dim=0, return_inverse=True)  # [N]
-    cells = int(which.max()) + 1
-    count = torch.zeros(cells, dtype=torch.float64, device=device).index_add_(0, which, torch.ones_like(p[:, 0]))
+    which, counts = voxel_cells(p, cell)  # [N], [cells]
+    cells = counts.shape[0]
+    count = counts.double()
     mean = torch.zeros(cells, 3, dtype=torch.float64, device=device).index_add_(0, which, p) / count[:, None]
     centred = p - mean[which]  # [N, 3]: about the cell's mean (better conditioned than E[pp^T] - mm^T)
     outer = (centred[:, :, None] * centred[:, None, :]).reshape(n, 9)
