@@ -87,7 +87,8 @@ def error_by_class(data, truth, render: Callable, near_m: float = 15.0, far_m: f
 
 
 def psnr_of(squared_error: float, pixels: int) -> float:
-    """PSNR (images in [0, 1]) of a mean squared error; inf for none, nan for no pixels."""
+    """PSNR (images in [0, 1]) of ``squared_error`` summed over ``pixels`` pixels; inf for none, nan
+    for no pixels."""
     if pixels == 0:
         return math.nan
     return math.inf if squared_error <= 0 else -10.0 * math.log10(squared_error / pixels)
