@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     from nurec_usd.render.scene_renderer import SceneRenderer
     from nurec_usd.scene.gaussians import Scene
     from nurec_usd.synth.groundtruth import default_groundtruth_dir, load_groundtruth
+    from nurec_usd.train import ego
     from nurec_usd.train.data import CaptureData
 
     for path, what in ((args.run / "scene.pt", "the run's scene"), (args.run / "config.json", "the run's config")):
@@ -142,10 +143,17 @@ def main(argv: list[str] | None = None) -> int:
         truth = load_groundtruth(gt_dir)
     except (OSError, ValueError) as err:
         parser.error(str(err))
-    eval_every = json.loads((args.run / "config.json").read_text())["train"]["eval_every"]
+    train = json.loads((args.run / "config.json").read_text())["train"]
     device = torch.device(args.device)
     scene = Scene.load(args.run / "scene.pt", device=device)
-    data = CaptureData(load_capture(args.capture), device, eval_every=eval_every)
+    capture = load_capture(args.capture)
+    data = CaptureData(capture, device, eval_every=train["eval_every"])
+    # the ego's pixels as the build masked them (its ego_mask options), so that they are not scored here either
+    try:
+        given = ego.given_masks(capture, train["ego_mask_dir"])
+    except ValueError as err:
+        parser.error(f"{args.run / 'config.json'}: ego_mask_dir: {err}")
+    ego.mask_cameras(capture, data, train["ego_mask"], given)
     renderer = SceneRenderer(scene)
     split = error_by_class(data, truth, lambda group: renderer.cameras(data.camera_views(group)).image,
                            args.near_m, args.far_m)

@@ -5,8 +5,10 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -79,6 +81,28 @@ def test_the_command_splits_a_built_scene(tiny_run, tmp_path_factory, tmp_path, 
     assert sq == pytest.approx(sum(v["squared_error"] for v in split["cameras"].values()), rel=1e-9)
     assert 15 < -10 * math.log10(sq / pixels) < 60  # a trained scene: neither blank nor exact
     assert "held-out pixels:" in capsys.readouterr().out
+
+    # the run's ego masks are applied as the build applied them: an ego_mask_dir in its config whose
+    # mask covers the front camera's bottom 30 rows takes exactly those pixels out of the split
+    run = tmp_path / "masked_run"
+    run.mkdir()
+    (run / "scene.pt").symlink_to(tiny_run / "scene.pt")
+    config = json.loads((tiny_run / "config.json").read_text())
+    masks = tmp_path / "masks"
+    masks.mkdir()
+    ego = np.zeros((180, 320), dtype=np.uint8)
+    ego[-30:] = 255
+    Image.fromarray(ego).save(masks / "front.png")
+    config["train"]["ego_mask_dir"] = str(masks)
+    (run / "config.json").write_text(json.dumps(config))
+    masked_out = tmp_path / "masked.json"
+    assert main([str(run), str(capture), "--groundtruth", str(gt_dir), "--device", "cpu", "--json",
+                 str(masked_out)]) == 0
+    masked = json.loads(masked_out.read_text())
+    front = split["cameras"]["front"]["pixels"]
+    assert front % (320 * 180) == 0  # the pinhole front camera: whole frames
+    assert masked["cameras"]["front"]["pixels"] == front - front // (320 * 180) * 30 * 320
+    assert all(masked["cameras"][k] == v for k, v in split["cameras"].items() if k != "front")
 
 
 def test_the_command_names_a_missing_ground_truth(tmp_path, capsys):
