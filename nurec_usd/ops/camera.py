@@ -136,6 +136,9 @@ class RenderSettings:
     # the depth image (CameraRender.depth); without it the forward rasterizer leaves the depths
     # out (about a tenth of its time) and the render's depth is None
     depth: bool = True
+    # [N] float, or None: the backward adds each Gaussian's screen-space position gradient norm
+    # (pixels, summed over the cameras) into it; densification reads where the error is from it
+    grad2d_sums: torch.Tensor | None = None
 
 
 @dataclass
@@ -348,6 +351,8 @@ class _RenderCameras(torch.autograd.Function):
         if ctx.needs_input_grad[5]:
             grad_background = (grad_rgb * (1.0 - alpha)[..., None]).sum(dim=(1, 2))
         g_opacities = g_opacities2d.sum(0)
+        if ctx.settings.grad2d_sums is not None:
+            ctx.settings.grad2d_sums.add_(torch.linalg.vector_norm(g_means2d, dim=-1).sum(0))
         return g_means, g_quats, g_scales, g_opacities, g_sh, grad_background, None, None, None
 
 
@@ -405,6 +410,10 @@ def render_cameras(
             raise ValueError(f"SH coefficients must be [N, K>=(d+1)^2, 3] with 0 <= d <= 3, got {tuple(colors.shape)} "
                              f"for degree {sh_degree}")
         sh, degree = colors, sh_degree
+    sums = settings.grad2d_sums
+    if sums is not None and (tuple(sums.shape) != (n,) or not sums.is_floating_point() or sums.device != means.device):
+        raise ValueError(f"RenderSettings.grad2d_sums must be a float tensor of shape {(n,)} on {means.device}, "
+                         f"got {sums.dtype} {tuple(sums.shape)} on {sums.device}")
     c = len(cameras)
     if 10 * c * n >= 2**31:  # the backward adds into one buffer of 10 values per (camera, Gaussian)
         raise ValueError(f"{c} cameras x {n} Gaussians is too large a batch for one render (at most "

@@ -91,7 +91,18 @@ class TrainConfig:
     refine_every_fraction: float = option(1 / 30, low=0, high=1, low_open=True)
     # Gaussians added per refinement, as a factor of the count (up to the cap)
     grow_factor: float = option(1.05, low=1, high=10)
-    dead_opacity: float = option(0.005, low=0, high=1, high_open=True)
+    # Gaussians under this opacity are relocated (MCMC's 0.005 moved under 1% of drive30's in a
+    # fast build; 0.02 moves 2-3% a refinement, where the error is: benchmarks/RESULTS.md, drive30)
+    dead_opacity: float = option(0.02, low=0, high=1, high_open=True)
+    # at most this share of a set relocated per refinement, the least opaque first (copies share their
+    # source's opacity: a high dead_opacity otherwise relocates ever more, the copies of the last time)
+    relocate_max_fraction: float = option(0.05, low=0, high=1)
+    # where copies go: sources drawn by opacity (MCMC) or by opacity x their screen-space position
+    # gradient summed since the last refinement ("gradient": where the images disagree)
+    relocate_weight: str = option("gradient", choices=("opacity", "gradient"))
+    # copies' centres drawn from their source's Gaussian at this many standard deviations (0: on it,
+    # where they stay together: coincident copies get nearly the same gradients)
+    relocate_jitter: float = option(1.0, low=0, high=10)
     # position noise of near-transparent Gaussians, in units of their own scale
     noise_scale: float = option(0.1, low=0, high=100)
     # bookkeeping
@@ -118,8 +129,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # fast: the turnaround preset (benchmarks/RESULTS.md, drive30). It starts near the Gaussian cap,
     # half-opaque, with 4x 3DGS's scale and position learning rates: its short run has no time to
     # grow the count or to move Gaussians far at the usual rates. Three sweeps a step (sharing the
-    # lidar term's weight) see more of the capture's rays: a lower held-out lidar error.
-    "fast": {"train": {"steps": 600, "sh_degree": 1, "sh_step_fraction": 1 / 3, "max_gaussians": 1_000_000,
+    # lidar term's weight) see more of the capture's rays: a lower held-out lidar error. 540 steps:
+    # relocation's copies land where the images disagree and make a step dearer (RESULTS.md, drive30).
+    "fast": {"train": {"steps": 540, "sh_degree": 1, "sh_step_fraction": 1 / 3, "max_gaussians": 1_000_000,
                        "lr_scales": 0.02, "lr_means": 6.4e-3, "coarse_fraction": 0.5, "sweeps_per_step": 3},
              "init": {"voxel_m": 0.05, "max_points": 1_000_000, "opacity": 0.5}},
     # quality: about as many camera views as 3DGS's 30,000 one-view steps

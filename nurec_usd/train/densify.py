@@ -97,15 +97,26 @@ def _apply(params: GaussianParams, optimizer: FusedAdam, data: dict[str, torch.T
 def relocate_and_grow(params: GaussianParams, optimizer: FusedAdam, *, dead_opacity: float,
                       add: int, generator: torch.Generator | None = None,
                       actor_index: torch.Tensor | None = None,  # [N] int32 for actor sets
+                      max_fraction: float = 1.0, source_weights: torch.Tensor | None = None,  # [N] >= 0
+                      jitter: float = 0.0,
                       ) -> tuple[GaussianParams, torch.Tensor | None, dict[str, int]]:
     """One refinement of a Gaussian set: relocate the dead, then add ``add`` new Gaussians.
 
+    - ``max_fraction``: at most this share of the set is relocated (the least opaque first);
+      the rest stay dead until a later refinement. Copies share their source's opacity, so an
+      unbounded relocation can feed itself: copies fall under the threshold and are relocated next.
+    - ``source_weights``: sources are drawn in proportion to opacity times these (e.g. each
+      Gaussian's screen-space position gradient: more copies where the images disagree); None: opacity.
+    - ``jitter``: the copies' (not the source's) centres are drawn from the source's own Gaussian
+      at this many of its (new) standard deviations; 0 places them on the source (MCMC's choice).
+
     Synchronises with the device (the number of dead Gaussians sizes the work): call it at
     refinement steps only. Returns the new parameters (new ``Parameter`` objects, registered
-    in the optimizer), the new actor index (sorted by actor) and counts.
+    in the optimizer), the new actor index (sorted by actor) and counts (``dead``: how many
+    were under the threshold, ``relocated`` of them).
     """
     n = len(params)
-    stats = {"relocated": 0, "added": 0}
+    stats = {"relocated": 0, "added": 0, "dead": 0}
     if n == 0:
         return params, actor_index, stats
     data = {name: getattr(params, name).detach().clone() for name in GaussianParams.FIELDS}
@@ -114,13 +125,18 @@ def relocate_and_grow(params: GaussianParams, optimizer: FusedAdam, *, dead_opac
     for value in data.values():  # a row with any NaN / inf is dead (and never a source)
         finite &= torch.isfinite(value).reshape(n, -1).all(-1)
     dead = (opacity <= dead_opacity) | ~finite
-    alive_weight = torch.where(dead, torch.zeros_like(opacity), opacity)
-    n_dead = int(dead.sum())
+    weight = opacity if source_weights is None else opacity * source_weights.clamp_min(0)
+    alive_weight = torch.where(dead | ~torch.isfinite(weight), torch.zeros_like(opacity), weight)
     if alive_weight.sum() <= 0:
         return params, actor_index, stats
+    stats["dead"] = n_dead = int(dead.sum())
     row_map = torch.arange(n, device=opacity.device)
     index = None if actor_index is None else actor_index.clone()
     dead_rows = torch.nonzero(dead).flatten()
+    limit = int(max_fraction * n)
+    if n_dead > limit:  # the least opaque first (non-finite rows before all)
+        order = torch.argsort(torch.where(finite, opacity, torch.full_like(opacity, -1.0))[dead_rows])
+        dead_rows, n_dead = dead_rows[order[:limit]], limit
     sources = torch.multinomial(alive_weight, n_dead + add, replacement=True, generator=generator) \
         if n_dead + add > 0 else torch.zeros(0, dtype=torch.long, device=opacity.device)
     if sources.numel():
@@ -145,13 +161,30 @@ def relocate_and_grow(params: GaussianParams, optimizer: FusedAdam, *, dead_opac
             row_map = torch.cat((row_map, torch.full((grow_src.numel(),), -1, device=row_map.device)))
             if index is not None:
                 index = torch.cat((index, index[grow_src]))
-        stats = {"relocated": n_dead, "added": int(grow_src.numel())}
+        if jitter > 0:
+            copies_rows = torch.cat((dead_rows, torch.arange(n, n + grow_src.numel(), device=dead_rows.device)))
+            data["means"][copies_rows] += jitter * _gaussian_offsets(
+                data["quats"][copies_rows], data["log_scales"][copies_rows], generator)
+        stats.update(relocated=n_dead, added=int(grow_src.numel()))
     if index is not None:  # keep actor Gaussians sorted by actor
         order = torch.argsort(index, stable=True)
         index = index[order].contiguous()
         data = {k: v[order] for k, v in data.items()}
         row_map = row_map[order]
     return _apply(params, optimizer, data, row_map), index, stats
+
+
+def _gaussian_offsets(quats: torch.Tensor,  # [M, 4] (w, x, y, z), any norm
+                      log_scales: torch.Tensor,  # [M, 3]
+                      generator: torch.Generator | None) -> torch.Tensor:  # [M, 3]
+    """One draw from each Gaussian's own distribution, about its centre: R diag(s) z, z ~ N(0, I)."""
+    z = torch.randn(log_scales.shape, dtype=log_scales.dtype, device=log_scales.device, generator=generator)
+    w, x, y, zq = torch.nn.functional.normalize(quats, dim=-1).unbind(-1)
+    v = z * log_scales.exp()
+    # v rotated by the unit quaternion: v + 2 w (q x v) + 2 q x (q x v)
+    q = torch.stack((x, y, zq), -1)
+    t = 2 * torch.linalg.cross(q, v)
+    return v + w[:, None] * t + torch.linalg.cross(q, t)
 
 
 @torch.no_grad()

@@ -18,9 +18,10 @@ refinement the relocation and growth run (they sync: the number of dead Gaussian
 
 from __future__ import annotations
 
+
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -114,6 +115,9 @@ class Trainer:
         self.prof = profiler or StepProfiler(self.device, 0, enabled=False)
         self.progress = 0.0  # fraction of the run done (steps, or the time budget)
         self.max_gaussians = config.max_gaussians
+        # [N] screen-space position gradient sums for relocation's sources, or None (weights by opacity)
+        self.grad2d_sums = (torch.zeros(scene.num_gaussians, dtype=torch.float32, device=self.device)
+                            if config.relocate_weight == "gradient" else None)
         self.position_scale = float(scene.metadata.get("position_scale", 1.0))  # see initialize_scene
 
     def _batch_rule(self, views: float) -> tuple[float, tuple[float, float]]:
@@ -175,8 +179,10 @@ class Trainer:
             kind = ("camera", level, tuple(ref.camera for ref in group.frames))
             use_depth = self.depth_targets is not None
             settings = self._settings(kind, lambda c: RenderSettings(capacity=c, depth=use_depth))
-            if settings is None and use_depth:  # exact size (the renderer's default renders no depth)
-                settings = RenderSettings(depth=True)
+            if settings is None and (use_depth or self.grad2d_sums is not None):  # exact size
+                settings = RenderSettings(depth=use_depth)  # (the renderer's default renders no depth)
+            if self.grad2d_sums is not None:
+                settings = replace(settings, grad2d_sums=self._grad2d_sums())
         with prof.part("camera forward"):
             out = self.renderer.cameras(views, settings)
         with prof.part("camera loss"):
@@ -244,18 +250,34 @@ class Trainer:
                 group["lr"] = cfg.lr_means * self.position_scale * factor * self.lr_scale
         self.scene.sh_degree = min(cfg.sh_degree, int(self.progress / max(cfg.sh_step_fraction, 1e-9)))
 
+    def _grad2d_sums(self) -> torch.Tensor:  # [N] static then actor Gaussians, as the renderer places them
+        """The screen-space gradient sums since the last refinement (sized afresh after one)."""
+        n = self.scene.num_gaussians
+        if self.grad2d_sums is None or self.grad2d_sums.numel() != n:
+            self.grad2d_sums = torch.zeros(n, dtype=torch.float32, device=self.device)
+        return self.grad2d_sums
+
     def _refine(self) -> dict[str, int]:
         cfg, scene = self.cfg, self.scene
         total = scene.num_gaussians
         room = max(0, self.max_gaussians - total)
         add = min(room, int(len(scene.static) * (cfg.grow_factor - 1)))
-        scene.static, _, s_stats = relocate_and_grow(scene.static, self.optimizer, dead_opacity=cfg.dead_opacity,
-                                                     add=add, generator=self.gen)
-        scene.actors, index, a_stats = relocate_and_grow(scene.actors, self.optimizer, dead_opacity=cfg.dead_opacity,
-                                                         add=0, generator=self.gen, actor_index=scene.actor_index)
+        s_weights = a_weights = None
+        if self.grad2d_sums is not None:
+            s_weights, a_weights = self._grad2d_sums().split([len(scene.static), len(scene.actors)])
+        options = {"dead_opacity": cfg.dead_opacity, "max_fraction": cfg.relocate_max_fraction,
+                   "jitter": cfg.relocate_jitter, "generator": self.gen}
+        scene.static, _, s_stats = relocate_and_grow(scene.static, self.optimizer, add=add,
+                                                     source_weights=s_weights, **options)
+        scene.actors, index, a_stats = relocate_and_grow(scene.actors, self.optimizer, add=0,
+                                                         actor_index=scene.actor_index, source_weights=a_weights,
+                                                         **options)
         if index is not None:
             scene.actor_index = index
-        return {"relocated": s_stats["relocated"] + a_stats["relocated"], "added": s_stats["added"]}
+        if self.grad2d_sums is not None:
+            self.grad2d_sums = torch.zeros(scene.num_gaussians, dtype=torch.float32, device=self.device)
+        return {"relocated": s_stats["relocated"] + a_stats["relocated"], "added": s_stats["added"],
+                "dead": s_stats["dead"] + a_stats["dead"]}
 
     # -- the loop --------------------------------------------------------------------------
 

@@ -102,6 +102,27 @@ def test_backward_matches_twin(dtype, rtol):
         assert err < rtol, f"{name}: relative gradient error {err:.2e} >= {rtol:.0e}"
 
 
+def test_screen_gradient_sums_match_twin():
+    """RenderSettings.grad2d_sums: the backward adds each Gaussian's 2D mean gradient norm, summed over
+    the cameras, into the buffer; against the norms of the twin's 2D mean gradients (float64)."""
+    dtype = torch.float64
+    params = [p.requires_grad_(True) for p in make_gaussians(300, dtype, seed=4)]
+    cams = make_cameras(dtype)
+    start = torch.full((300,), 0.5, dtype=dtype)
+    sums = start.clone()
+    ours = render_cameras(*params, cams, sh_degree=3, settings=RenderSettings(depth=False, grad2d_sums=sums))
+    rgb, alpha, _, means2d, radii = render_cameras_reference(*params, cams, sh_degree=3)
+    means2d.retain_grad()
+    w = torch.randn(ours.rgb.shape, generator=torch.Generator().manual_seed(3), dtype=dtype)
+    (ours.rgb * w).sum().backward()
+    (rgb * w).sum().backward()
+    expected = start + (means2d.grad * (radii > 0)[..., None]).norm(dim=-1).sum(0)
+    assert int((expected > 0.5 + 1e-6).sum()) > 100, "most Gaussians should get a gradient"
+    torch.testing.assert_close(sums, expected, atol=1e-9, rtol=1e-6)
+    with pytest.raises(ValueError, match="grad2d_sums"):
+        render_cameras(*params, cams, sh_degree=3, settings=RenderSettings(grad2d_sums=torch.zeros(7, dtype=dtype)))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_forward_without_depth_image_equals_the_full_forward(dtype):
     """RenderSettings(depth=False): the forward that leaves the depths out renders the same colour

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -53,7 +55,7 @@ def test_relocation_moves_dead_onto_live_and_resets_their_moments():
     opt = _optimizer(g)
     gen = torch.Generator().manual_seed(1)
     new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=0, generator=gen)
-    assert stats == {"relocated": 2, "added": 0}
+    assert stats == {"relocated": 2, "added": 0, "dead": 2}
     assert len(new) == 5
     op = torch.sigmoid(new.opacity_logits.detach())
     assert bool((op > 0.005).all())
@@ -83,6 +85,56 @@ def test_growth_adds_rows_up_to_the_request_and_keeps_actor_order():
     original_actor = {0.0: 1, 2.0: 1, 3.0: 0}
     for row in range(7):
         assert original_actor[float(new.means.detach()[row, 0])] == int(new_index[row])
+
+
+def test_relocation_is_bounded_to_a_share_of_the_set_least_opaque_first():
+    g = _params([0.9, 0.004, 0.001, 0.5, 0.003, 0.8, 0.002, 0.7, 0.6, 0.95])
+    g.means.data[4, 0] = float("nan")  # non-finite: relocated before any other
+    opt = _optimizer(g)
+    new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=0, max_fraction=0.2,
+                                      generator=torch.Generator().manual_seed(0))
+    assert stats == {"relocated": 2, "added": 0, "dead": 4}
+    x = new.means.detach()[:, 0]
+    assert bool(torch.isfinite(new.means.detach()).all())
+    assert float(x[2]) in (0.0, 3.0, 5.0, 7.0, 8.0, 9.0)  # the least opaque finite one moved
+    assert float(x[1]) == 1.0 and float(x[6]) == 6.0  # the others wait for a later refinement
+    assert float(torch.sigmoid(new.opacity_logits.detach()[1])) == pytest.approx(0.004)
+
+
+def test_source_weights_pick_where_copies_go():
+    g = _params([0.9, 0.001, 0.5, 0.002, 0.8, 0.001])
+    opt = _optimizer(g)
+    weights = torch.tensor([0.0, 5.0, 1.0, 0.0, 0.0, 0.0])  # only row 2 of the live ones has a gradient
+    new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=2, source_weights=weights,
+                                      generator=torch.Generator().manual_seed(0))
+    assert stats["relocated"] == 3 and stats["added"] == 2
+    x = new.means.detach()[:, 0].tolist()
+    assert [x[r] for r in (1, 3, 5, 6, 7)] == [2.0] * 5  # every copy of row 2, none of a dead row
+    assert x[0] == 0.0 and x[4] == 4.0  # the sources without gradient are left as they were
+
+
+def test_jitter_draws_copies_from_their_source_distribution():
+    n = 4001
+    g = _params([0.9] + [0.001] * (n - 1))
+    g.log_scales.data[0] = torch.tensor([0.3, 0.1, 0.02]).log()
+    angle = 0.6  # a rotation about z by 0.6 rad
+    g.quats.data[0] = torch.tensor([math.cos(angle / 2), 0.0, 0.0, math.sin(angle / 2)])
+    opt = _optimizer(g)
+    new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=0, jitter=1.0,
+                                      generator=torch.Generator().manual_seed(0))
+    assert stats["relocated"] == n - 1
+    means = new.means.detach()
+    assert float(means[0, 0]) == 0.0  # the source stays where it was
+    offsets = means[1:] - means[0]
+    # the copies' spread is the source's (shrunk) Gaussian: its axes rotated by the quaternion
+    scale = new.log_scales.detach()[0].exp()
+    c, s_ = math.cos(angle), math.sin(angle)
+    R = torch.tensor([[c, -s_, 0.0], [s_, c, 0.0], [0.0, 0.0, 1.0]])
+    local = offsets @ R  # rows: R^T offset
+    torch.testing.assert_close(local.std(0), scale, rtol=0.06, atol=0.0)
+    assert bool((local.mean(0).abs() < 4 * scale / math.sqrt(n - 1)).all())  # centred: within 4 standard errors
+    corr = torch.corrcoef(local.T)
+    assert float((corr - torch.eye(3)).abs().max()) < 0.06  # independent along the rotated axes
 
 
 def test_noise_moves_only_transparent_gaussians():
