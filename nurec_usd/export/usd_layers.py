@@ -39,7 +39,9 @@ The folder is written all or nothing (:class:`~nurec_usd.util.staging.StagedDire
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -264,7 +266,8 @@ class _Splats:
     orientations: np.ndarray  # [N, 4] (w, x, y, z), unit
     scales: np.ndarray  # [N, 3]
     opacities: np.ndarray  # [N]
-    sh: np.ndarray  # [N, (d+1)^2, 3]
+    sh0: np.ndarray  # [N, 1, 3] DC
+    shN: np.ndarray  # [N, (d+1)^2 - 1, 3] the degree's others (not concatenated here: see _write_splat_prims)
     degree: int
     intensities: np.ndarray  # [N] modelled lidar return intensity in [0, 1]
 
@@ -277,18 +280,24 @@ def activated(params, degree: int, rows=None) -> _Splats:
 
     from nurec_usd.scene.gaussians import intensities_of, opacities_of, scales_of, unit_quats
 
-    index = None if rows is None else torch.as_tensor(np.asarray(rows), device=params.means.device)
+    index = None if rows is None else np.asarray(rows, dtype=np.int64)
 
     def host(t: torch.Tensor) -> torch.Tensor:  # the rows asked for, on the host
         t = t.detach()
-        return (t if index is None else t[index]).cpu()
+        if index is None:
+            return t.cpu()
+        if t.device.type == "cpu":
+            # numpy's gather: torch's runs a few thousand rows (an actor) on its thread pool, whose
+            # workers then spin a while, taking cores from this thread and from the evaluation
+            return torch.from_numpy(t.numpy()[index])
+        return t[torch.as_tensor(index, device=t.device)].cpu()
 
     f32 = lambda t: np.ascontiguousarray(t.numpy(), dtype=np.float32)  # noqa: E731
     k = (degree + 1) ** 2
-    sh = torch.cat((host(params.sh0), host(params.shN[:, : k - 1])), dim=1)  # the degree's only
     return _Splats(f32(host(params.means)), f32(unit_quats(host(params.quats).double())),
                    f32(scales_of(host(params.log_scales).double())),
-                   f32(opacities_of(host(params.opacity_logits).double())), f32(sh), int(degree),
+                   f32(opacities_of(host(params.opacity_logits).double())),
+                   f32(host(params.sh0)), f32(host(params.shN[:, : k - 1])), int(degree),  # the degree's only
                    f32(intensities_of(host(params.intensity_logits).double())))
 
 
@@ -304,64 +313,137 @@ def row_keys(bits: np.ndarray) -> np.ndarray:  # [N, C] uint32 -> [N] integer ke
 
 def unique_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct rows of a float32 array ``[N]`` or ``[N, C]`` (equal when their bits are) and
-    the index of each row among them: ``uniq[inverse]`` is ``values`` bit for bit.
+    the index of each row among them: ``uniq[inverse]`` is ``values`` bit for bit. ``uniq`` lists
+    the rows in the order they first appear (so ``inverse`` mostly climbs: USD's crate files
+    compress such indices well and fast, where indices in a hash order cost ~0.15 s per
+    million rows to write).
 
-    Rows are ordered by one integer key (a single row's bits, or a mix of a row's columns): one
-    sort of a million keys, where sorting by every column takes several times as long. Distinct
-    rows that share a key are then sorted column by column instead, so the result is exact.
+    Rows are grouped by one integer key (a single row's bits, or a mix of a row's columns): one
+    sort of a million keys, where sorting by every column takes several times as long. Rows that
+    share a key are compared; distinct rows that share one are sorted column by column instead,
+    so the result is exact.
     """
     v = np.ascontiguousarray(values, dtype=np.float32)
-    if len(v) == 0:
+    n = len(v)
+    if n == 0:
         return v, np.zeros(0, dtype=np.int64)
-    bits = v.reshape(len(v), -1).view(np.uint32)  # [N, C]
+    bits = v.reshape(n, -1).view(np.uint32)  # [N, C]
     key = row_keys(bits)
-    order = np.argsort(key)
-    ranked = bits[order]
-    differs = (ranked[1:] != ranked[:-1]).any(axis=1)  # [N - 1]
-    sorted_key = key[order]
-    if (differs & (sorted_key[1:] == sorted_key[:-1])).any():  # distinct rows, one key
+    if key.dtype.itemsize <= 4 and n < 2 ** 32:
+        # A 32-bit key and the row's index packed in one uint64: a plain sort (several times
+        # faster than an argsort) gives the order, and the sorted keys with it.
+        packed = np.sort((key.astype(np.uint64) << np.uint64(32)) | np.arange(n, dtype=np.uint64))
+        order = (packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        sorted_key = packed >> np.uint64(32)
+        del packed
+    else:
+        order = np.argsort(key)
+        sorted_key = key[order]
+    same = sorted_key[1:] == sorted_key[:-1]  # [N - 1] neighbours with one key
+    pairs = np.flatnonzero(same)
+    if pairs.size and (bits[order[pairs]] != bits[order[pairs + 1]]).any():  # distinct rows, one key
         order = np.lexsort(bits.T[::-1])
         ranked = bits[order]
-        differs = (ranked[1:] != ranked[:-1]).any(axis=1)
-    first = np.empty(len(v), dtype=bool)
+        same = ~(ranked[1:] != ranked[:-1]).any(axis=1)
+    first = np.empty(n, dtype=bool)  # [N] in sorted order: the first row of its group
     first[0] = True
-    first[1:] = differs
-    inverse = np.empty(len(v), dtype=np.int64)
-    inverse[order] = np.cumsum(first) - 1
-    return v[order[first]], inverse
+    np.logical_not(same, out=first[1:])
+    starts = np.flatnonzero(first)
+    head = np.minimum.reduceat(order, starts)  # [G] each group's first row in ``values``
+    # Number the groups in the order their first rows come: mark the first rows, count along.
+    is_head = np.zeros(n, dtype=bool)
+    is_head[head] = True
+    label = np.cumsum(is_head) - 1  # [N] at a first row: its group's number
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[order] = label[head][np.cumsum(first) - 1]
+    return v[np.flatnonzero(is_head)], inverse
 
 
-def _set_indexed(primvar, values: np.ndarray, array_type) -> None:
-    """Set a primvar, indexed when values repeat (validators flag repeated unindexed values)."""
+def _vt_filled(array_type, rows: int, row_shape: tuple, dtype, fill):
+    """A new ``Vt`` array of ``rows`` rows, filled by ``fill(dest)`` with ``dest`` a writable numpy
+    view ``[rows, *row_shape]`` of its storage; None where its layout is not that.
+
+    ``FromNumpy`` converts element by element with the GIL held (0.5 s for the 16 million SH
+    triplets of a million Gaussians); here the array is made (its allocation still holds the GIL),
+    then numpy copies the values into its storage (GIL released). ``Vt`` arrays expose their
+    storage only as a read-only buffer: the copy goes through its address, into an array just made
+    here and shared with nothing. Checked after: the buffer is still that storage and holds what
+    was written (rows sampled across it)."""
+    out = array_type(rows)
+    view = np.asarray(memoryview(out))
+    if rows == 0 or view.shape != (rows, *row_shape) or view.dtype != np.dtype(dtype):
+        return None
+    address = view.__array_interface__["data"][0]
+    dest = np.frombuffer((ctypes.c_char * view.nbytes).from_address(address), dtype=view.dtype).reshape(view.shape)
+    fill(dest)
+    sample = np.linspace(0, rows - 1, 17).astype(np.int64)
+    written = dest[sample].tobytes()
+    del view, dest
+    check = np.asarray(memoryview(out))
+    if check.__array_interface__["data"][0] != address or check[sample].tobytes() != written:
+        return None
+    return out
+
+
+def _vt(array_type, values: np.ndarray):
+    """``array_type.FromNumpy(values)`` (float32 or int32 rows) through :func:`_vt_filled`."""
+    values = np.ascontiguousarray(values)
+    out = _vt_filled(array_type, len(values), values.shape[1:], values.dtype, lambda dest: np.copyto(dest, values))
+    return array_type.FromNumpy(values) if out is None else out
+
+
+def _set_indexed(primvar, values: np.ndarray, array_type, distinct=None) -> None:
+    """Set a primvar, indexed when values repeat (validators flag repeated unindexed values);
+    ``distinct``: ``unique_rows(values)`` when already found."""
     from pxr import Vt
 
-    uniq, inverse = unique_rows(values)
+    uniq, inverse = unique_rows(values) if distinct is None else distinct
     if len(uniq) < len(values):
-        primvar.Set(array_type.FromNumpy(np.ascontiguousarray(uniq, dtype=np.float32)))
-        primvar.SetIndices(Vt.IntArray.FromNumpy(np.ascontiguousarray(inverse.reshape(-1), dtype=np.int32)))
+        primvar.Set(_vt(array_type, np.ascontiguousarray(uniq, dtype=np.float32)))
+        primvar.SetIndices(_vt(Vt.IntArray, inverse.reshape(-1).astype(np.int32)))
     else:
-        primvar.Set(array_type.FromNumpy(np.ascontiguousarray(values, dtype=np.float32)))
+        primvar.Set(_vt(array_type, np.ascontiguousarray(values, dtype=np.float32)))
 
 
 def _write_splats(stage, parent_path: str, s: _Splats) -> None:
     """``<parent>/Gaussians`` (ParticleField3DGaussianSplat, purpose render) and
     ``<parent>/Preview`` (Points, purpose proxy), when there are Gaussians."""
+    if s.positions.shape[0] == 0:
+        return
+    rgb = np.clip(0.5 + SH_C0 * s.sh0[:, 0, :], 0.0, 1.0).astype(np.float32)
+    # The indexed primvars' distinct values are found in threads (numpy sorts with the GIL
+    # released) while this one makes the pxr calls below (which hold it).
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="usd-unique") as pool:
+        distinct = {name: pool.submit(unique_rows, v)
+                    for name, v in (("intensity", s.intensities), ("colour", rgb), ("opacity", s.opacities))}
+        _write_splat_prims(stage, parent_path, s, rgb, distinct)
+
+
+def _fill_sh(dest: np.ndarray, s: _Splats) -> None:  # [N, k, 3] <- DC, then the others
+    dest[:, :1] = s.sh0
+    dest[:, 1:] = s.shN
+
+
+def _write_splat_prims(stage, parent_path: str, s: _Splats, rgb: np.ndarray, distinct: dict) -> None:
+    """``_write_splats``' prims; ``distinct``: futures of ``unique_rows`` of the intensities,
+    display colours (``rgb``) and opacities."""
     from pxr import Gf, Sdf, Usd, UsdGeom, UsdVol, Vt
 
     n = s.positions.shape[0]
-    if n == 0:
-        return
     gs = UsdVol.ParticleField3DGaussianSplat.Define(stage, f"{parent_path}/Gaussians")
-    gs.CreatePositionsAttr(Vt.Vec3fArray.FromNumpy(s.positions))
+    positions = _vt(Vt.Vec3fArray, s.positions)  # also the proxy's points: one array, shared
+    gs.CreatePositionsAttr(positions)
     # Gf quaternions are stored imaginary first (x, y, z, w): reorder for the array copy.
     xyzw = np.ascontiguousarray(s.orientations[:, [1, 2, 3, 0]])
-    gs.CreateOrientationsAttr(Vt.QuatfArray.FromNumpy(xyzw))
-    gs.CreateScalesAttr(Vt.Vec3fArray.FromNumpy(s.scales))
-    gs.CreateOpacitiesAttr(Vt.FloatArray.FromNumpy(s.opacities))
+    gs.CreateOrientationsAttr(_vt(Vt.QuatfArray, xyzw))
+    gs.CreateScalesAttr(_vt(Vt.Vec3fArray, s.scales))
+    gs.CreateOpacitiesAttr(_vt(Vt.FloatArray, s.opacities))
     gs.CreateRadianceSphericalHarmonicsDegreeAttr(int(s.degree))
     k = (s.degree + 1) ** 2
-    sh_attr = gs.CreateRadianceSphericalHarmonicsCoefficientsAttr(
-        Vt.Vec3fArray.FromNumpy(np.ascontiguousarray(s.sh.reshape(n * k, 3))))
+    sh = _vt_filled(Vt.Vec3fArray, n * k, (3,), np.float32, lambda dest: _fill_sh(dest.reshape(n, k, 3), s))
+    if sh is None:
+        sh = Vt.Vec3fArray.FromNumpy(np.concatenate((s.sh0, s.shN), axis=1).reshape(n * k, 3))
+    sh_attr = gs.CreateRadianceSphericalHarmonicsCoefficientsAttr(sh)
     sh_var = UsdGeom.Primvar(sh_attr)
     sh_var.SetInterpolation(UsdGeom.Tokens.vertex)
     sh_var.SetElementSize(k)
@@ -370,22 +452,24 @@ def _write_splats(stage, parent_path: str, s: _Splats) -> None:
     # Lidar return intensity per Gaussian (no standard attribute): a plain primvar, so that
     # replay can render the lidar and other tools can ignore it.
     _set_indexed(UsdGeom.PrimvarsAPI(gs.GetPrim()).CreatePrimvar(INTENSITY_PRIMVAR, Sdf.ValueTypeNames.FloatArray,
-                                                                 UsdGeom.Tokens.vertex), s.intensities, Vt.FloatArray)
+                                                                 UsdGeom.Tokens.vertex), s.intensities, Vt.FloatArray,
+                 distinct["intensity"].result())
     gs.CreatePurposeAttr(UsdGeom.Tokens.render)
-    radius = 3.0 * s.scales.max(axis=1, keepdims=True)  # 3 sigma, any orientation
-    lo = (s.positions - radius).min(axis=0)
-    hi = (s.positions + radius).max(axis=0)
-    gs.CreateExtentAttr(Vt.Vec3fArray([Gf.Vec3f(*map(float, lo)), Gf.Vec3f(*map(float, hi))]))
+    # 3 sigma, any orientation; column by column (numpy reduces an [N, 3] array along N ~8x slower)
+    radius = np.maximum(np.maximum(s.scales[:, 0], s.scales[:, 1]), s.scales[:, 2]) * np.float32(3.0)
+    lo = [float((s.positions[:, c] - radius).min()) for c in range(3)]
+    hi = [float((s.positions[:, c] + radius).max()) for c in range(3)]
+    gs.CreateExtentAttr(Vt.Vec3fArray([Gf.Vec3f(*lo), Gf.Vec3f(*hi)]))
     Usd.ColorSpaceAPI.Apply(gs.GetPrim()).CreateColorSpaceNameAttr(COLOR_SPACE)
 
     pts = UsdGeom.Points.Define(stage, f"{parent_path}/Preview")
-    pts.CreatePointsAttr(Vt.Vec3fArray.FromNumpy(s.positions))
+    pts.CreatePointsAttr(positions)
     widths = np.ascontiguousarray(2.0 * s.scales.mean(axis=1), dtype=np.float32)
-    pts.CreateWidthsAttr(Vt.FloatArray.FromNumpy(widths))
+    pts.CreateWidthsAttr(_vt(Vt.FloatArray, widths))
     pts.SetWidthsInterpolation(UsdGeom.Tokens.vertex)
-    rgb = np.clip(0.5 + SH_C0 * s.sh[:, 0, :], 0.0, 1.0).astype(np.float32)
-    _set_indexed(pts.CreateDisplayColorPrimvar(UsdGeom.Tokens.vertex), rgb, Vt.Vec3fArray)
-    _set_indexed(pts.CreateDisplayOpacityPrimvar(UsdGeom.Tokens.vertex), s.opacities, Vt.FloatArray)
+    _set_indexed(pts.CreateDisplayColorPrimvar(UsdGeom.Tokens.vertex), rgb, Vt.Vec3fArray, distinct["colour"].result())
+    _set_indexed(pts.CreateDisplayOpacityPrimvar(UsdGeom.Tokens.vertex), s.opacities, Vt.FloatArray,
+                 distinct["opacity"].result())
     pts.CreatePurposeAttr(UsdGeom.Tokens.proxy)
     pts.CreateExtentAttr(UsdGeom.Points.ComputeExtent(pts.GetPointsAttr().Get(), pts.GetWidthsAttr().Get()))
     Usd.ColorSpaceAPI.Apply(pts.GetPrim()).CreateColorSpaceNameAttr(COLOR_SPACE)
@@ -794,6 +878,16 @@ def _write_root(path: Path, timing: Timing, capture_name: str | None, collision:
     layer.Save()
 
 
+def _on_host(scene):
+    """The scene with its tensors on the host (itself when they are there already): one copy up
+    front, where the layers' many reads of a scene on a GPU were copies each of their own, each
+    waiting for the GPU work queued before it (the evaluation, beside a build's export)."""
+    import torch
+
+    with torch.no_grad():
+        return scene.to("cpu")
+
+
 @contextlib.contextmanager
 def _writing(path: Path) -> Iterator[None]:
     """A failed write of ``path`` as an ``OSError`` naming it (USD reports a full disk as a
@@ -833,6 +927,7 @@ def export_usd(scene, out_dir: str | Path, overwrite: bool = False, *, ply: bool
         ``out_dir``; open ``out_dir / "root.usda"``.
     """
     register_schema()
+    given, scene = scene, _on_host(scene)  # the collision mesh renders on ``device`` from the scene as given
     timing = Timing.of_scene(scene)
     staged = StagedDirectory(out_dir, overwrite=overwrite)
     try:
@@ -850,7 +945,7 @@ def export_usd(scene, out_dir: str | Path, overwrite: bool = False, *, ply: bool
             _write_rig(scene, root / "rig.usdc", timing)
         if collision:
             with _writing(root / COLLISION_LAYER):
-                _write_collision(scene, root / COLLISION_LAYER, timing, device, progress)
+                _write_collision(given, root / COLLISION_LAYER, timing, device, progress)
         rig = scene.metadata.get("rig") or {}
         with _writing(root / "root.usda"):
             _write_root(root / "root.usda", timing, rig.get("capture_name"), collision,

@@ -530,3 +530,51 @@ def test_unique_rows_stays_exact_when_distinct_rows_share_a_key(columns, monkeyp
     uniq, inverse = usd_layers.unique_rows(values)
     assert np.array_equal(uniq[inverse].view(np.uint32), values.view(np.uint32))
     assert len(uniq) == len(np.unique(values.view(np.uint32), axis=0)) == 29
+
+
+def test_unique_rows_lists_rows_in_the_order_they_first_appear():
+    """``uniq`` is in first-appearance order (the indices then mostly climb, which USD's crate
+    files write fast and small), whatever the key order."""
+    rng = np.random.default_rng(7)
+    for columns in (None, 3):
+        shape = (4000,) if columns is None else (4000, columns)
+        palette = rng.standard_normal((50,) + shape[1:]).astype(np.float32)
+        values = palette[rng.integers(0, 50, 4000)]
+        uniq, inverse = usd_layers.unique_rows(values)
+        rows = values.reshape(4000, -1).view(np.uint32)
+        _, first = np.unique(rows, axis=0, return_index=True)
+        assert np.array_equal(uniq.reshape(len(uniq), -1).view(np.uint32), rows[np.sort(first)])
+        assert inverse[0] == 0 and (np.diff(np.maximum.accumulate(inverse)) <= 1).all()
+
+
+@pytest.mark.parametrize("array_type, values", [
+    ("Vec3fArray", np.random.default_rng(8).standard_normal((1000, 3)).astype(np.float32)),
+    ("QuatfArray", np.random.default_rng(9).standard_normal((1000, 4)).astype(np.float32)),
+    ("FloatArray", np.random.default_rng(10).standard_normal(1000).astype(np.float32)),
+    ("IntArray", np.random.default_rng(11).integers(-9, 9, 1000).astype(np.int32)),
+])
+def test_vt_arrays_filled_in_place_equal_from_numpy(array_type, values):
+    """_vt copies into a new Vt array's storage: the array must equal what FromNumpy makes."""
+    from pxr import Vt
+
+    vt_type = getattr(Vt, array_type)
+    made = usd_layers._vt(vt_type, values)
+    assert type(made) is vt_type and made == vt_type.FromNumpy(values)
+    assert np.array_equal(np.asarray(made).view(np.uint8), values.view(np.uint8))
+    # a layout that is not the array's: no fill, the caller falls back to FromNumpy
+    assert usd_layers._vt_filled(vt_type, len(values), (7,), np.float32, lambda dest: None) is None
+    assert usd_layers._vt(vt_type, values[:0]) == vt_type()
+
+
+@pytest.mark.parametrize("degree", [0, 2, 3])
+def test_sh_coefficients_of_every_degree(degree, tmp_path):
+    """The SH array is filled in place from the DC and the degree's other coefficients (DC first)."""
+    gen = torch.Generator().manual_seed(degree)
+    g = _gaussians(50, gen)
+    s = usd_layers.activated(g, degree)
+    stage = Usd.Stage.CreateInMemory()
+    usd_layers._write_splats(stage, "/P", s)
+    k = (degree + 1) ** 2
+    sh = np.array(UsdVol.ParticleField3DGaussianSplat(stage.GetPrimAtPath("/P/Gaussians"))
+                  .GetRadianceSphericalHarmonicsCoefficientsAttr().Get(), dtype=np.float32)
+    assert np.array_equal(sh.reshape(50, k, 3), g.sh[:, :k].numpy())
