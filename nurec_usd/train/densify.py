@@ -1,14 +1,17 @@
 """Densification under a Gaussian budget: MCMC-style relocation and growth.
 
 Why this strategy: the count only ever changes at refinement steps and never beyond the cap,
-so memory is known in advance (a 30 s capture must not run out of GPU memory at step 20k),
-every buffer between refinements keeps its size, and no gradient statistics have to be
-accumulated across steps. Following the idea of "3D Gaussian Splatting as Markov Chain Monte
-Carlo" (Kheradmand et al., 2024):
+so memory is known in advance (a 30 s capture must not run out of GPU memory at step 20k) and
+every buffer between refinements keeps its size. Following the idea of "3D Gaussian Splatting
+as Markov Chain Monte Carlo" (Kheradmand et al., 2024):
 
 - *relocation*: Gaussians whose opacity fell below ``dead_opacity`` are moved onto live
-  ones, sampled in proportion to opacity; a source copied into n places shares its opacity
-  and shrinks its scale so that the n + 1 copies render about like the original did;
+  ones, sampled in proportion to opacity (times, by default, each one's screen-space position
+  gradient summed since the last refinement: a short run has few refinements, and copies pay
+  most where the images disagree); a source copied into n places shares its opacity and
+  shrinks its scale so that the n + 1 copies render about like the original did, and the
+  copies are spread over the source's own Gaussian (stacked on it they would get nearly the
+  same gradients and stay together);
 - *growth*: every refinement adds ``grow_factor - 1`` of the count (until the cap) the same way;
 - *noise*: near-transparent Gaussians drift (by about their own size), so they explore
   instead of sitting where they are useless.
@@ -79,7 +82,7 @@ def remap_rows(optimizer: FusedAdam, old: torch.nn.Parameter, data: torch.Tensor
         for key, value in state.items():
             if isinstance(value, torch.Tensor) and value.shape[:1] == old.shape[:1] and value.dim() > 0:
                 v = value[src]
-                v[~keep] = 0
+                v.masked_fill_((~keep).view(-1, *([1] * (v.dim() - 1))), 0)  # (a boolean index would sync)
                 moved[key] = v.contiguous()
             else:
                 moved[key] = value
@@ -106,7 +109,8 @@ def relocate_and_grow(params: GaussianParams, optimizer: FusedAdam, *, dead_opac
       the rest stay dead until a later refinement. Copies share their source's opacity, so an
       unbounded relocation can feed itself: copies fall under the threshold and are relocated next.
     - ``source_weights``: sources are drawn in proportion to opacity times these (e.g. each
-      Gaussian's screen-space position gradient: more copies where the images disagree); None: opacity.
+      Gaussian's screen-space position gradient: more copies where the images disagree); None, or
+      zero for every live Gaussian: opacity.
     - ``jitter``: the copies' (not the source's) centres are drawn from the source's own Gaussian
       at this many of its (new) standard deviations; 0 places them on the source (MCMC's choice).
 
@@ -125,8 +129,12 @@ def relocate_and_grow(params: GaussianParams, optimizer: FusedAdam, *, dead_opac
     for value in data.values():  # a row with any NaN / inf is dead (and never a source)
         finite &= torch.isfinite(value).reshape(n, -1).all(-1)
     dead = (opacity <= dead_opacity) | ~finite
-    weight = opacity if source_weights is None else opacity * source_weights.clamp_min(0)
-    alive_weight = torch.where(dead | ~torch.isfinite(weight), torch.zeros_like(opacity), weight)
+    alive_weight = torch.where(dead, torch.zeros_like(opacity), opacity)
+    if source_weights is not None:
+        weighted = alive_weight * source_weights.clamp_min(0)
+        weighted = torch.where(torch.isfinite(weighted), weighted, torch.zeros_like(weighted))
+        if weighted.sum() > 0:  # else (no live Gaussian drew a gradient, e.g. actors out of view): opacity
+            alive_weight = weighted
     if alive_weight.sum() <= 0:
         return params, actor_index, stats
     stats["dead"] = n_dead = int(dead.sum())

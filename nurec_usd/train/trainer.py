@@ -18,7 +18,6 @@ refinement the relocation and growth run (they sync: the number of dead Gaussian
 
 from __future__ import annotations
 
-
 import math
 import time
 from dataclasses import dataclass, field, replace

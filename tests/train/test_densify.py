@@ -113,6 +113,17 @@ def test_source_weights_pick_where_copies_go():
     assert x[0] == 0.0 and x[4] == 4.0  # the sources without gradient are left as they were
 
 
+def test_source_weights_all_zero_fall_back_to_opacity():
+    """A set none of whose live Gaussians drew a gradient since the last refinement (actors out of
+    view) still relocates its dead, by opacity."""
+    g = _params([0.9, 0.001, 0.5, 0.002])
+    opt = _optimizer(g)
+    new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=1, source_weights=torch.zeros(4),
+                                      generator=torch.Generator().manual_seed(0))
+    assert stats == {"relocated": 2, "added": 1, "dead": 2}
+    assert all(x in (0.0, 2.0) for x in new.means.detach()[[1, 3, 4], 0].tolist())
+
+
 def test_jitter_draws_copies_from_their_source_distribution():
     n = 4001
     g = _params([0.9] + [0.001] * (n - 1))
