@@ -266,11 +266,13 @@ class Trainer:
             s_weights, a_weights = self._grad2d_sums().split([len(scene.static), len(scene.actors)])
         options = {"dead_opacity": cfg.dead_opacity, "max_fraction": cfg.relocate_max_fraction,
                    "jitter": cfg.relocate_jitter, "generator": self.gen}
-        scene.static, _, s_stats = relocate_and_grow(scene.static, self.optimizer, add=add,
-                                                     source_weights=s_weights, **options)
-        scene.actors, index, a_stats = relocate_and_grow(scene.actors, self.optimizer, add=0,
-                                                         actor_index=scene.actor_index, source_weights=a_weights,
-                                                         **options)
+        with self.prof.part("refine: static set"):
+            scene.static, _, s_stats = relocate_and_grow(scene.static, self.optimizer, add=add,
+                                                         source_weights=s_weights, **options)
+        with self.prof.part("refine: actor set"):
+            scene.actors, index, a_stats = relocate_and_grow(scene.actors, self.optimizer, add=0,
+                                                             actor_index=scene.actor_index,
+                                                             source_weights=a_weights, **options)
         if index is not None:
             scene.actor_index = index
         if self.grad2d_sums is not None:
@@ -341,8 +343,9 @@ class Trainer:
                         with prof.part("refine"):
                             before = scene.num_gaussians
                             stats = self._refine()
-                            self.renderer = SceneRenderer(scene, actor_motion=cfg.lidar_actor_motion)
-                            self._grow_capacities(scene.num_gaussians / max(1, before))
+                            with prof.part("refine: renderer"):
+                                self.renderer = SceneRenderer(scene, actor_motion=cfg.lidar_actor_motion)
+                                self._grow_capacities(scene.num_gaussians / max(1, before))
                         parts["refinements"] += time.monotonic() - t0  # host time: it synchronises
                         history.append({"step": done, "event": "refine", **stats, "gaussians": scene.num_gaussians,
                                         "seconds": round(time.monotonic() - start, 3)})
