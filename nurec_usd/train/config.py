@@ -92,7 +92,8 @@ class TrainConfig:
     # Gaussians added per refinement, as a factor of the count (up to the cap)
     grow_factor: float = option(1.05, low=1, high=10)
     # Gaussians under this opacity are relocated (MCMC's 0.005 moved under 1% of drive30's in a
-    # fast build; 0.02 moves 2-3% a refinement, where the error is: benchmarks/RESULTS.md, drive30)
+    # fast build; 0.02 moves 2-3% a refinement, where the error is: benchmarks/RESULTS.md, drive30);
+    # it also centres the gate of the position noise (noise_scale), as in MCMC
     dead_opacity: float = option(0.02, low=0, high=1, high_open=True)
     # at most this share of a set relocated per refinement, the least opaque first (copies share their
     # source's opacity: a high dead_opacity otherwise relocates ever more, the copies of the last time)

@@ -9,9 +9,10 @@ as Markov Chain Monte Carlo" (Kheradmand et al., 2024):
   ones, sampled in proportion to opacity (times, by default, each one's screen-space position
   gradient summed since the last refinement: a short run has few refinements, and copies pay
   most where the images disagree); a source copied into n places shares its opacity and
-  shrinks its scale so that the n + 1 copies render about like the original did, and the
-  copies are spread over the source's own Gaussian (stacked on it they would get nearly the
-  same gradients and stay together);
+  shrinks its scale so that n + 1 coincident copies would render like the original did. By
+  default the copies are then spread over the source's own Gaussian (stacked on it they would
+  get nearly the same gradients and stay together), so together they render wider and fainter
+  at the centre than the source until training adjusts them;
 - *growth*: every refinement adds ``grow_factor - 1`` of the count (until the cap) the same way;
 - *noise*: near-transparent Gaussians drift (by about their own size), so they explore
   instead of sitting where they are useless.
@@ -105,8 +106,8 @@ def relocate_and_grow(params: GaussianParams, optimizer: FusedAdam, *, dead_opac
                       ) -> tuple[GaussianParams, torch.Tensor | None, dict[str, int]]:
     """One refinement of a Gaussian set: relocate the dead, then add ``add`` new Gaussians.
 
-    - ``max_fraction``: at most this share of the set is relocated (the least opaque first);
-      the rest stay dead until a later refinement. Copies share their source's opacity, so an
+    - ``max_fraction``: at most this share of the set (rounded up) is relocated, the least opaque
+      first, and every non-finite row; the rest stay dead until a later refinement. Copies share their source's opacity, so an
       unbounded relocation can feed itself: copies fall under the threshold and are relocated next.
     - ``source_weights``: sources are drawn in proportion to opacity times these (e.g. each
       Gaussian's screen-space position gradient: more copies where the images disagree); None, or
@@ -141,7 +142,8 @@ def relocate_and_grow(params: GaussianParams, optimizer: FusedAdam, *, dead_opac
     row_map = torch.arange(n, device=opacity.device)
     index = None if actor_index is None else actor_index.clone()
     dead_rows = torch.nonzero(dead).flatten()
-    limit = int(max_fraction * n)
+    # non-finite rows always go; a small set still moves one a refinement
+    limit = max(math.ceil(max_fraction * n), int((~finite).sum()))
     if n_dead > limit:  # the least opaque first (non-finite rows before all)
         order = torch.argsort(torch.where(finite, opacity, torch.full_like(opacity, -1.0))[dead_rows])
         dead_rows, n_dead = dead_rows[order[:limit]], limit

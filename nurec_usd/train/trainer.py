@@ -180,7 +180,7 @@ class Trainer:
             settings = self._settings(kind, lambda c: RenderSettings(capacity=c, depth=use_depth))
             if settings is None and (use_depth or self.grad2d_sums is not None):  # exact size
                 settings = RenderSettings(depth=use_depth)  # (the renderer's default renders no depth)
-            if self.grad2d_sums is not None:
+            if self.grad2d_sums is not None and self.progress < cfg.refine_stop_fraction:  # (read by refinements)
                 settings = replace(settings, grad2d_sums=self._grad2d_sums())
         with prof.part("camera forward"):
             out = self.renderer.cameras(views, settings)

@@ -104,13 +104,23 @@ def test_relocation_is_bounded_to_a_share_of_the_set_least_opaque_first():
 def test_source_weights_pick_where_copies_go():
     g = _params([0.9, 0.001, 0.5, 0.002, 0.8, 0.001])
     opt = _optimizer(g)
-    weights = torch.tensor([0.0, 5.0, 1.0, 0.0, 0.0, 0.0])  # only row 2 of the live ones has a gradient
+    # only row 2 of the live ones has a gradient; the dead row 1's is large (dead rows are never sources)
+    weights = torch.tensor([0.0, 1e4, 1.0, 0.0, 0.0, 0.0])
     new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=2, source_weights=weights,
                                       generator=torch.Generator().manual_seed(0))
     assert stats["relocated"] == 3 and stats["added"] == 2
     x = new.means.detach()[:, 0].tolist()
     assert [x[r] for r in (1, 3, 5, 6, 7)] == [2.0] * 5  # every copy of row 2, none of a dead row
     assert x[0] == 0.0 and x[4] == 4.0  # the sources without gradient are left as they were
+
+
+def test_a_small_set_still_relocates_under_the_bound():
+    g = _params([0.9, 0.001, 0.5])  # 5% of 3 Gaussians: rounded up to one
+    opt = _optimizer(g)
+    new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=0, max_fraction=0.05,
+                                      generator=torch.Generator().manual_seed(0))
+    assert stats == {"relocated": 1, "added": 0, "dead": 1}
+    assert float(new.means.detach()[1, 0]) in (0.0, 2.0)
 
 
 def test_source_weights_all_zero_fall_back_to_opacity():
@@ -131,12 +141,14 @@ def test_jitter_draws_copies_from_their_source_distribution():
     angle = 0.6  # a rotation about z by 0.6 rad
     g.quats.data[0] = torch.tensor([math.cos(angle / 2), 0.0, 0.0, math.sin(angle / 2)])
     opt = _optimizer(g)
-    new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=0, jitter=1.0,
+    new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=n // 2, jitter=1.0,
                                       generator=torch.Generator().manual_seed(0))
-    assert stats["relocated"] == n - 1
+    assert stats["relocated"] == n - 1 and stats["added"] == n // 2
     means = new.means.detach()
     assert float(means[0, 0]) == 0.0  # the source stays where it was
-    offsets = means[1:] - means[0]
+    grown = means[n:] - means[0]
+    assert bool((grown.norm(dim=-1) > 0).all())  # the grown copies are spread too
+    offsets = means[1:n] - means[0]
     # the copies' spread is the source's (shrunk) Gaussian: its axes rotated by the quaternion
     scale = new.log_scales.detach()[0].exp()
     c, s_ = math.cos(angle), math.sin(angle)
