@@ -31,6 +31,7 @@ import torch
 
 from nurec_usd.ops import perturb as ops_perturb
 from nurec_usd.scene.gaussians import GaussianParams
+from nurec_usd.sensors.se3 import quat_normalize, quat_to_matrix
 
 if TYPE_CHECKING:
     from nurec_usd.ops.adam import FusedAdam
@@ -107,8 +108,9 @@ def relocate_and_grow(params: GaussianParams, optimizer: FusedAdam, *, dead_opac
     """One refinement of a Gaussian set: relocate the dead, then add ``add`` new Gaussians.
 
     - ``max_fraction``: at most this share of the set (rounded up) is relocated, the least opaque
-      first, and every non-finite row; the rest stay dead until a later refinement. Copies share their source's opacity, so an
-      unbounded relocation can feed itself: copies fall under the threshold and are relocated next.
+      first, and every non-finite row; the rest stay dead until a later refinement. Copies share
+      their source's opacity, so an unbounded relocation can feed itself: copies fall under the
+      threshold and are relocated next.
     - ``source_weights``: sources are drawn in proportion to opacity times these (e.g. each
       Gaussian's screen-space position gradient: more copies where the images disagree); None, or
       zero for every live Gaussian: opacity.
@@ -189,12 +191,7 @@ def _gaussian_offsets(quats: torch.Tensor,  # [M, 4] (w, x, y, z), any norm
                       generator: torch.Generator | None) -> torch.Tensor:  # [M, 3]
     """One draw from each Gaussian's own distribution, about its centre: R diag(s) z, z ~ N(0, I)."""
     z = torch.randn(log_scales.shape, dtype=log_scales.dtype, device=log_scales.device, generator=generator)
-    w, x, y, zq = torch.nn.functional.normalize(quats, dim=-1).unbind(-1)
-    v = z * log_scales.exp()
-    # v rotated by the unit quaternion: v + 2 w (q x v) + 2 q x (q x v)
-    q = torch.stack((x, y, zq), -1)
-    t = 2 * torch.linalg.cross(q, v)
-    return v + w[:, None] * t + torch.linalg.cross(q, t)
+    return (quat_to_matrix(quat_normalize(quats)) @ (z * log_scales.exp())[..., None])[..., 0]
 
 
 @torch.no_grad()

@@ -114,9 +114,9 @@ class Trainer:
         self.prof = profiler or StepProfiler(self.device, 0, enabled=False)
         self.progress = 0.0  # fraction of the run done (steps, or the time budget)
         self.max_gaussians = config.max_gaussians
-        # [N] screen-space position gradient sums for relocation's sources, or None (weights by opacity)
-        self.grad2d_sums = (torch.zeros(scene.num_gaussians, dtype=torch.float32, device=self.device)
-                            if config.relocate_weight == "gradient" else None)
+        # [N] screen-space position gradient sums since the last refinement (relocation's sources
+        # with relocate_weight="gradient"); made by the first step that needs them
+        self.grad2d_sums: torch.Tensor | None = None
         self.position_scale = float(scene.metadata.get("position_scale", 1.0))  # see initialize_scene
 
     def _batch_rule(self, views: float) -> tuple[float, tuple[float, float]]:
@@ -178,10 +178,13 @@ class Trainer:
             kind = ("camera", level, tuple(ref.camera for ref in group.frames))
             use_depth = self.depth_targets is not None
             settings = self._settings(kind, lambda c: RenderSettings(capacity=c, depth=use_depth))
-            if settings is None and (use_depth or self.grad2d_sums is not None):  # exact size
+            # the sums are read by refinements only: none after the last one
+            sums = (self._grad2d_sums() if cfg.relocate_weight == "gradient"
+                    and self.progress < cfg.refine_stop_fraction else None)
+            if settings is None and (use_depth or sums is not None):  # exact size
                 settings = RenderSettings(depth=use_depth)  # (the renderer's default renders no depth)
-            if self.grad2d_sums is not None and self.progress < cfg.refine_stop_fraction:  # (read by refinements)
-                settings = replace(settings, grad2d_sums=self._grad2d_sums())
+            if sums is not None:
+                settings = replace(settings, grad2d_sums=sums)
         with prof.part("camera forward"):
             out = self.renderer.cameras(views, settings)
         with prof.part("camera loss"):
@@ -250,7 +253,8 @@ class Trainer:
         self.scene.sh_degree = min(cfg.sh_degree, int(self.progress / max(cfg.sh_step_fraction, 1e-9)))
 
     def _grad2d_sums(self) -> torch.Tensor:  # [N] static then actor Gaussians, as the renderer places them
-        """The screen-space gradient sums since the last refinement (sized afresh after one)."""
+        """The screen-space gradient sums since the last refinement (zeros for the current count
+        after one)."""
         n = self.scene.num_gaussians
         if self.grad2d_sums is None or self.grad2d_sums.numel() != n:
             self.grad2d_sums = torch.zeros(n, dtype=torch.float32, device=self.device)
@@ -262,7 +266,7 @@ class Trainer:
         room = max(0, self.max_gaussians - total)
         add = min(room, int(len(scene.static) * (cfg.grow_factor - 1)))
         s_weights = a_weights = None
-        if self.grad2d_sums is not None:
+        if cfg.relocate_weight == "gradient":
             s_weights, a_weights = self._grad2d_sums().split([len(scene.static), len(scene.actors)])
         options = {"dead_opacity": cfg.dead_opacity, "max_fraction": cfg.relocate_max_fraction,
                    "jitter": cfg.relocate_jitter, "generator": self.gen}
@@ -275,8 +279,7 @@ class Trainer:
                                                              source_weights=a_weights, **options)
         if index is not None:
             scene.actor_index = index
-        if self.grad2d_sums is not None:
-            self.grad2d_sums = torch.zeros(scene.num_gaussians, dtype=torch.float32, device=self.device)
+        self.grad2d_sums = None  # the next interval's start afresh
         return {"relocated": s_stats["relocated"] + a_stats["relocated"], "added": s_stats["added"],
                 "dead": s_stats["dead"] + a_stats["dead"]}
 

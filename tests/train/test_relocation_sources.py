@@ -53,8 +53,11 @@ def test_gradient_sums_accumulate_and_reach_the_refinement(capture, monkeypatch)
     assert (n_s, n_a) == (n_static, len(summed) - n_static)
     assert torch.equal(torch.cat((w_s, w_a)), summed)  # static first, then actors: the renderer's order
     assert (jitter, bound) == (trainer.cfg.relocate_jitter, trainer.cfg.relocate_max_fraction)
-    # afresh after the refinement, sized for the count it left
-    assert trainer.grad2d_sums.shape == (scene.num_gaussians,) and float(trainer.grad2d_sums.abs().sum()) == 0
+    # afresh after the refinement: the next step's sums alone, sized for the count it left
+    assert trainer.grad2d_sums is None
+    trainer.step(2)
+    assert trainer.grad2d_sums.shape == (scene.num_gaussians,)
+    assert 0 < float(trainer.grad2d_sums.sum()) < float(summed.sum())
 
 
 def test_opacity_sources_keep_no_sums(capture, monkeypatch):
