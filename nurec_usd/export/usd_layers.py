@@ -392,12 +392,12 @@ def _vt(array_type, values: np.ndarray):
     return array_type.FromNumpy(values) if out is None else out
 
 
-def _set_indexed(primvar, values: np.ndarray, array_type, distinct=None) -> None:
+def _set_indexed(primvar, values: np.ndarray, array_type, distinct: tuple[np.ndarray, np.ndarray]) -> None:
     """Set a primvar, indexed when values repeat (validators flag repeated unindexed values);
-    ``distinct``: ``unique_rows(values)`` when already found."""
+    ``distinct``: ``unique_rows(values)``."""
     from pxr import Vt
 
-    uniq, inverse = unique_rows(values) if distinct is None else distinct
+    uniq, inverse = distinct
     if len(uniq) < len(values):
         primvar.Set(_vt(array_type, np.ascontiguousarray(uniq, dtype=np.float32)))
         primvar.SetIndices(_vt(Vt.IntArray, inverse.reshape(-1).astype(np.int32)))
