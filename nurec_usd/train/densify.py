@@ -31,7 +31,6 @@ import torch
 
 from nurec_usd.ops import perturb as ops_perturb
 from nurec_usd.scene.gaussians import GaussianParams
-from nurec_usd.sensors.se3 import quat_normalize, quat_to_matrix
 
 if TYPE_CHECKING:
     from nurec_usd.ops.adam import FusedAdam
@@ -191,7 +190,12 @@ def _gaussian_offsets(quats: torch.Tensor,  # [M, 4] (w, x, y, z), any norm
                       generator: torch.Generator | None) -> torch.Tensor:  # [M, 3]
     """One draw from each Gaussian's own distribution, about its centre: R diag(s) z, z ~ N(0, I)."""
     z = torch.randn(log_scales.shape, dtype=log_scales.dtype, device=log_scales.device, generator=generator)
-    return (quat_to_matrix(quat_normalize(quats)) @ (z * log_scales.exp())[..., None])[..., 0]
+    w, x, y, zq = torch.nn.functional.normalize(quats, dim=-1).unbind(-1)
+    v = z * log_scales.exp()
+    # v rotated by the unit quaternion: v + 2 w (q x v) + 2 q x (q x v)
+    q = torch.stack((x, y, zq), -1)
+    t = 2 * torch.linalg.cross(q, v)
+    return v + w[:, None] * t + torch.linalg.cross(q, t)
 
 
 @torch.no_grad()
