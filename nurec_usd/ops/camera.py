@@ -477,6 +477,7 @@ class IntersectionCapacity:
     def __init__(self, initial: int = 1 << 20, headroom: float = 1.25):
         self.capacity = int(initial)
         self.headroom = float(headroom)
+        self.latest: int | None = None  # the latest count that has reached the host
         self._pending: list[tuple[torch.Tensor, object]] = []
 
     def observe(self, render: CameraRender) -> None:
@@ -496,17 +497,30 @@ class IntersectionCapacity:
         if wanted > self.capacity:
             self.capacity = int(wanted * self.headroom)
 
-    def settings(self, **options) -> RenderSettings:
-        """Render settings with the current capacity, grown by every count that has arrived."""
+    def _collect(self) -> None:
+        """Grow by every count that has arrived (never waits)."""
         still = []
         for host, event in self._pending:
             if event is None or event.query():
-                self.grow_to(int(host[0]))
+                self.latest = int(host[0])
+                self.grow_to(self.latest)
             else:
                 still.append((host, event))
         self._pending = still
+
+    def settings(self, **options) -> RenderSettings:
+        """Render settings with the current capacity, grown by every count that has arrived."""
+        self._collect()
         return RenderSettings(capacity=self.capacity, **options)
+
+    def grow_by(self, factor: float) -> None:
+        """The scene grew ``factor``-fold: make room for the latest arrived count times ``factor``
+        (without waiting for the device; before any count arrived, for the capacity's own)."""
+        self._collect()
+        wanted = self.latest if self.latest is not None else self.capacity / self.headroom
+        self.grow_to(int(wanted * factor))
 
     def sync_grow(self, render: CameraRender) -> None:
         """After an overflow: wait for this render's count (one sync) and grow to fit it."""
-        self.grow_to(int(render.intersections.item()))
+        self.latest = int(render.intersections.item())
+        self.grow_to(self.latest)

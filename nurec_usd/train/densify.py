@@ -48,6 +48,13 @@ def _copy_coefficients(max_copies: int = MAX_COPIES) -> torch.Tensor:  # [max_co
 
 
 _COEFFS = _copy_coefficients()
+_COEFFS_ON: dict[torch.device, torch.Tensor] = {}  # the table per device: a copy from the host would wait for it
+
+
+def _coefficients_on(device: torch.device) -> torch.Tensor:
+    if device not in _COEFFS_ON:
+        _COEFFS_ON[device] = _COEFFS.to(device)
+    return _COEFFS_ON[device]
 
 
 def split_opacity_and_scale(opacity: torch.Tensor,  # [M] of the sources, in (0, 1)
@@ -60,7 +67,7 @@ def split_opacity_and_scale(opacity: torch.Tensor,  # [M] of the sources, in (0,
     o_new = 1 - (1 - o) ** (1.0 / n.double())
     k = torch.arange(MAX_COPIES, dtype=torch.float64, device=o.device)
     powers = o_new[:, None] ** (k[None, :] + 1)
-    denom = (_COEFFS.to(o.device)[n] * powers).sum(-1)
+    denom = (_coefficients_on(o.device)[n] * powers).sum(-1)
     factor = (o / denom.clamp_min(1e-12)).clamp(0.05, 1.0)  # the series loses precision for large n
     factor = torch.where(n == 1, torch.ones_like(factor), factor)
     return o_new.to(opacity.dtype), factor.to(opacity.dtype)
@@ -103,11 +110,11 @@ def relocate_and_grow(params: GaussianParams, optimizer: FusedAdam, *, dead_opac
                       actor_index: torch.Tensor | None = None,  # [N] int32 for actor sets
                       max_fraction: float = 1.0, source_weights: torch.Tensor | None = None,  # [N] >= 0
                       jitter: float = 0.0,
-                      ) -> tuple[GaussianParams, torch.Tensor | None, dict[str, int]]:
+                      ) -> tuple[GaussianParams, torch.Tensor | None, dict[str, int | torch.Tensor]]:
     """One refinement of a Gaussian set: relocate the dead, then add ``add`` new Gaussians.
 
-    - ``max_fraction``: at most this share of the set (rounded up) is relocated, the least opaque
-      first, and every non-finite row; the rest stay dead until a later refinement. Copies share
+    - ``max_fraction``: at most this share of the set (rounded up) is relocated, non-finite rows
+      first, then the least opaque; the rest stay dead until a later refinement. Copies share
       their source's opacity, so an unbounded relocation can feed itself: copies fall under the
       threshold and are relocated next.
     - ``source_weights``: sources are drawn in proportion to opacity times these (e.g. each
@@ -116,72 +123,77 @@ def relocate_and_grow(params: GaussianParams, optimizer: FusedAdam, *, dead_opac
     - ``jitter``: the copies' (not the source's) centres are drawn from the source's own Gaussian
       at this many of its (new) standard deviations; 0 places them on the source (MCMC's choice).
 
-    Synchronises with the device (the number of dead Gaussians sizes the work): call it at
-    refinement steps only. Returns the new parameters (new ``Parameter`` objects, registered
-    in the optimizer), the new actor index (sorted by actor) and counts (``dead``: how many
-    were under the threshold, ``relocated`` of them).
+    Nothing here waits for the device: the work is sized by the bound, not by the number of dead
+    Gaussians (the bound's candidates that are alive are left as they were), so a refinement
+    queues behind the training steps like a step does. When no Gaussian of the set is alive,
+    nothing is relocated and grown rows copy dead ones (a later refinement relocates them).
+    Returns the new parameters (new ``Parameter`` objects, registered in the optimizer), the new
+    actor index (sorted by actor) and counts: ``added`` (an int), and as 0-dim device tensors
+    (reading them synchronises) ``dead``, how many were under the threshold, and ``relocated``
+    of them.
     """
     n = len(params)
-    stats = {"relocated": 0, "added": 0, "dead": 0}
     if n == 0:
-        return params, actor_index, stats
+        return params, actor_index, {"relocated": 0, "added": 0, "dead": 0}
     data = {name: getattr(params, name).detach().clone() for name in GaussianParams.FIELDS}
-    opacity = torch.sigmoid(data["opacity_logits"])
+    opacity = torch.sigmoid(data["opacity_logits"])  # [N]
     finite = torch.ones_like(opacity, dtype=torch.bool)
     for value in data.values():  # a row with any NaN / inf is dead (and never a source)
         finite &= torch.isfinite(value).reshape(n, -1).all(-1)
-    dead = (opacity <= dead_opacity) | ~finite
+    dead = (opacity <= dead_opacity) | ~finite  # [N]
     alive_weight = torch.where(dead, torch.zeros_like(opacity), opacity)
     if source_weights is not None:
         weighted = alive_weight * source_weights.clamp_min(0)
         weighted = torch.where(torch.isfinite(weighted), weighted, torch.zeros_like(weighted))
-        if weighted.sum() > 0:  # else (no live Gaussian drew a gradient, e.g. actors out of view): opacity
-            alive_weight = weighted
-    if alive_weight.sum() <= 0:
-        return params, actor_index, stats
-    stats["dead"] = n_dead = int(dead.sum())
+        # no live Gaussian drew a gradient (e.g. actors out of view): opacity
+        alive_weight = torch.where(weighted.sum() > 0, weighted, alive_weight)
+    any_alive = alive_weight.sum() > 0  # [] bool
+    # the bound's candidates: non-finite rows first, then the least opaque (alive ones included
+    # when fewer are dead: they are masked off)
+    k = min(n, math.ceil(max_fraction * n))
+    order_key = torch.where(finite, opacity, torch.full_like(opacity, -1.0))
+    candidates = torch.topk(order_key, k, largest=False, sorted=False).indices  # [k]
+    moves = dead[candidates] & any_alive  # [k] bool: the candidates relocated
+    # at least two draws: torch checks a single draw's distribution on the host
+    draw = torch.where(any_alive, alive_weight, torch.ones_like(alive_weight))
+    sources = torch.multinomial(draw, max(2, k + add), replacement=True, generator=generator)[:k + add]
+    used = torch.cat((moves, torch.ones(add, dtype=torch.bool, device=moves.device)))  # [k + add]
+    # the source itself and its copies
+    copies = torch.ones(n, dtype=torch.long, device=opacity.device).index_add_(0, sources, used.long())
+    shared = copies[sources] > 1  # [k + add]: sources that give copies (repeats write the same values)
+    o_new, factor = split_opacity_and_scale(opacity[sources], copies[sources])
+    logits = data["opacity_logits"]
+    logits[sources] = torch.where(shared, torch.logit(o_new.clamp(1e-6, 1 - 1e-6)), logits[sources])
+    data["log_scales"][sources] += torch.where(shared, factor, torch.ones_like(factor)).log()[:, None]
     row_map = torch.arange(n, device=opacity.device)
+    row_map[sources] = torch.where(shared, -1, row_map[sources])
+    # relocation: moved candidates take the (updated) values of their sources
+    reloc_src = sources[:k]
+    for name in GaussianParams.FIELDS:
+        value = data[name]
+        value[candidates] = torch.where(moves.view(-1, *([1] * (value.dim() - 1))), value[reloc_src], value[candidates])
+    row_map[candidates] = torch.where(moves, -1, row_map[candidates])
     index = None if actor_index is None else actor_index.clone()
-    dead_rows = torch.nonzero(dead).flatten()
-    # non-finite rows always go; a small set still moves one a refinement
-    limit = max(math.ceil(max_fraction * n), int((~finite).sum()))
-    if n_dead > limit:  # the least opaque first (non-finite rows before all)
-        order = torch.argsort(torch.where(finite, opacity, torch.full_like(opacity, -1.0))[dead_rows])
-        dead_rows, n_dead = dead_rows[order[:limit]], limit
-    sources = torch.multinomial(alive_weight, n_dead + add, replacement=True, generator=generator) \
-        if n_dead + add > 0 else torch.zeros(0, dtype=torch.long, device=opacity.device)
-    if sources.numel():
-        copies = torch.bincount(sources, minlength=n) + 1  # the source itself and its copies
-        touched = torch.nonzero(copies > 1).flatten()
-        o_new, factor = split_opacity_and_scale(opacity[touched], copies[touched])
-        data["opacity_logits"][touched] = torch.logit(o_new.clamp(1e-6, 1 - 1e-6))
-        data["log_scales"][touched] += factor.log()[:, None]
-        row_map[touched] = -1
-        # relocation: dead rows take the (updated) values of their sources
-        reloc_src = sources[:n_dead]
+    if index is not None:
+        index[candidates] = torch.where(moves, index[reloc_src], index[candidates])
+    # growth: appended rows copy theirs
+    grow_src = sources[k:]
+    if add:
         for name in GaussianParams.FIELDS:
-            data[name][dead_rows] = data[name][reloc_src]
-        row_map[dead_rows] = -1
+            data[name] = torch.cat((data[name], data[name][grow_src]))
+        row_map = torch.cat((row_map, torch.full((add,), -1, device=row_map.device)))
         if index is not None:
-            index[dead_rows] = index[reloc_src]
-        # growth: appended rows copy theirs
-        grow_src = sources[n_dead:]
-        if grow_src.numel():
-            for name in GaussianParams.FIELDS:
-                data[name] = torch.cat((data[name], data[name][grow_src]))
-            row_map = torch.cat((row_map, torch.full((grow_src.numel(),), -1, device=row_map.device)))
-            if index is not None:
-                index = torch.cat((index, index[grow_src]))
-        if jitter > 0:
-            copies_rows = torch.cat((dead_rows, torch.arange(n, n + grow_src.numel(), device=dead_rows.device)))
-            data["means"][copies_rows] += jitter * _gaussian_offsets(
-                data["quats"][copies_rows], data["log_scales"][copies_rows], generator)
-        stats.update(relocated=n_dead, added=int(grow_src.numel()))
+            index = torch.cat((index, index[grow_src]))
+    if jitter > 0:
+        copies_rows = torch.cat((candidates, torch.arange(n, n + add, device=candidates.device)))
+        offsets = _gaussian_offsets(data["quats"][copies_rows], data["log_scales"][copies_rows], generator)
+        data["means"][copies_rows] += jitter * offsets * used[:, None]
     if index is not None:  # keep actor Gaussians sorted by actor
         order = torch.argsort(index, stable=True)
         index = index[order].contiguous()
-        data = {k: v[order] for k, v in data.items()}
+        data = {k_: v[order] for k_, v in data.items()}
         row_map = row_map[order]
+    stats = {"relocated": moves.sum(), "added": add, "dead": dead.sum()}
     return _apply(params, optimizer, data, row_map), index, stats
 
 

@@ -13,7 +13,7 @@ A step reads nothing back from the device: the frames and sweeps are chosen on t
 intersection buffers have fixed capacities sized from earlier steps' counts (copied back
 without blocking), and losses stay on the device. Every ``log_interval`` steps the loss and
 PSNR are read back (one sync) for the progress bar, the divergence check and the log; at each
-refinement the relocation and growth run (they sync: the number of dead Gaussians sizes their work).
+refinement the relocation and growth are queued like a step (their counts are read with the next log).
 """
 
 from __future__ import annotations
@@ -57,6 +57,13 @@ class TrainResult:
 
 def _as_parameters(params: GaussianParams) -> GaussianParams:
     return params.map(lambda t: torch.nn.Parameter(t.detach().contiguous()))
+
+
+def _read_counts(rows: list[dict[str, Any]]) -> None:
+    """Replace the device tensors among the rows' values by ints (and empty the list)."""
+    for row in rows:
+        row.update({k: int(v) for k, v in row.items() if isinstance(v, torch.Tensor)})
+    rows.clear()
 
 
 class Trainer:
@@ -324,6 +331,7 @@ class Trainer:
         last_log = 0
         prof = self.prof
         parts = {"refinements": 0.0, "read-backs (sync)": 0.0}
+        unread: list[dict[str, Any]] = []  # refinement rows whose counts are still on the device
         level = None
         try:
             for step in range(cfg.steps):
@@ -346,12 +354,13 @@ class Trainer:
                         with prof.part("refine"):
                             before = scene.num_gaussians
                             stats = self._refine()
-                            with prof.part("refine: renderer"):
-                                self.renderer = SceneRenderer(scene, actor_motion=cfg.lidar_actor_motion)
+                            with prof.part("refine: capacities"):
                                 self._grow_capacities(scene.num_gaussians / max(1, before))
-                        parts["refinements"] += time.monotonic() - t0  # host time: it synchronises
+                        parts["refinements"] += time.monotonic() - t0  # host time (queued, not waited for)
+                        # its counts are device tensors: read with the next log's (one sync for both)
                         history.append({"step": done, "event": "refine", **stats, "gaussians": scene.num_gaussians,
                                         "seconds": round(time.monotonic() - start, 3)})
+                        unread.append(history[-1])
                     while next_refine <= self.progress:  # one refinement however far progress jumped
                         next_refine += max(cfg.refine_every_fraction, 1e-9)
                 at_log = done % cfg.log_interval == 0 or done == cfg.steps
@@ -366,6 +375,7 @@ class Trainer:
                 prof.end_step(step)
                 if read is None:
                     continue
+                _read_counts(unread)
                 losses, psnrs, overflowed, nonfinite = read
                 overflows += overflowed
                 if not bool(torch.isfinite(losses).all()) or nonfinite:
@@ -408,6 +418,7 @@ class Trainer:
                 message = (f"interrupted after the parameters became NaN or infinite; kept the checkpoint of "
                            f"step {checkpoint_step}")
         self._synchronize()
+        _read_counts(unread)
         return TrainResult(done, status, message, time.monotonic() - start, history, overflows, parts)
 
     def _synchronize(self) -> None:
@@ -415,14 +426,13 @@ class Trainer:
             torch.cuda.synchronize(self.device)
 
     def _grow_capacities(self, factor: float) -> None:
-        """The count grew at a refinement (a sync point already): make room for the latest renders'
-        intersection counts scaled by the growth, so that the next steps do not overflow."""
-        if self.exact:
+        """The count grew at a refinement: make room for the latest intersection counts that have
+        reached the host scaled by the growth, so that the next steps do not overflow (without
+        waiting for the device)."""
+        if self.exact or factor <= 1:
             return
-        for kind, cap in self.capacities.items():
-            render = self._last.get(kind)
-            if render is not None and factor > 1:
-                cap.grow_to(int(int(render.intersections.item()) * factor))
+        for cap in self.capacities.values():
+            cap.grow_by(factor)
 
     def _restore(self, checkpoint: Scene) -> None:
         """Put the checkpoint's values back (as fresh parameters; the optimizer is not used again)."""

@@ -406,6 +406,26 @@ def test_intersection_capacity_grows_without_losing_a_step():
     torch.testing.assert_close(again.rgb, exact.rgb, atol=0, rtol=0)
 
 
+def test_intersection_capacity_grows_by_the_scene_growth_from_the_latest_count():
+    """A refinement that grew the scene by a factor makes room for the latest count that has
+    arrived times that factor (no wait for the device), with the usual headroom."""
+    from nurec_usd.ops.camera import IntersectionCapacity
+
+    params = make_gaussians(300, torch.float32)
+    cams = make_cameras(torch.float32)
+    budget = IntersectionCapacity(initial=64, headroom=1.25)
+    budget.grow_by(2.0)  # no count yet: the capacity's own (64 = 1.25 x 51.2) times 2
+    assert budget.capacity == int(int(51.2 * 2.0) * 1.25)
+    render = render_cameras(*params, cams, sh_degree=3)
+    count = int(render.intersections)
+    budget.observe(render)
+    budget.grow_by(1.5)
+    assert budget.latest == count and budget.capacity == int(int(count * 1.5) * 1.25)
+    before = budget.capacity
+    budget.grow_by(1.0)  # no growth: no change (the capacity already holds the count)
+    assert budget.capacity == before
+
+
 @pytest.mark.parametrize("module_name", ["camera_project", "tile_binning", "camera_raster", "camera_project_pinhole",
                                          "camera_project_poses", "camera_project_backward", "camera_project_f64",
                                          "tile_binning_f64", "camera_raster_f64", "camera_project_pinhole_f64",

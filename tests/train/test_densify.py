@@ -50,12 +50,17 @@ def _optimizer(g: GaussianParams) -> FusedAdam:
     return opt
 
 
+def _counts(stats: dict) -> dict[str, int]:
+    """The refinement's counts as ints (``dead`` and ``relocated`` are device tensors)."""
+    return {k: int(v) for k, v in stats.items()}
+
+
 def test_relocation_moves_dead_onto_live_and_resets_their_moments():
     g = _params([0.9, 0.001, 0.5, 0.002, 0.8])
     opt = _optimizer(g)
     gen = torch.Generator().manual_seed(1)
     new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=0, generator=gen)
-    assert stats == {"relocated": 2, "added": 0, "dead": 2}
+    assert _counts(stats) == {"relocated": 2, "added": 0, "dead": 2}
     assert len(new) == 5
     op = torch.sigmoid(new.opacity_logits.detach())
     assert bool((op > 0.005).all())
@@ -78,7 +83,7 @@ def test_growth_adds_rows_up_to_the_request_and_keeps_actor_order():
     opt = _optimizer(g)
     new, new_index, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=3,
                                               generator=torch.Generator().manual_seed(2), actor_index=index)
-    assert len(new) == 7 and stats["added"] == 3 and stats["relocated"] == 1
+    assert len(new) == 7 and _counts(stats) == {"relocated": 1, "added": 3, "dead": 1}
     assert new_index.tolist() == sorted(new_index.tolist())
     assert opt.state[new.means]["exp_avg"].shape == (7, 3)
     # each Gaussian keeps its actor: a row's x position identifies its original row
@@ -93,7 +98,7 @@ def test_relocation_is_bounded_to_a_share_of_the_set_least_opaque_first():
     opt = _optimizer(g)
     new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=0, max_fraction=0.2,
                                       generator=torch.Generator().manual_seed(0))
-    assert stats == {"relocated": 2, "added": 0, "dead": 4}
+    assert _counts(stats) == {"relocated": 2, "added": 0, "dead": 4}
     x = new.means.detach()[:, 0]
     assert bool(torch.isfinite(new.means.detach()).all())
     assert float(x[2]) in (0.0, 3.0, 5.0, 7.0, 8.0, 9.0)  # the least opaque finite one moved
@@ -108,7 +113,7 @@ def test_source_weights_pick_where_copies_go():
     weights = torch.tensor([0.0, 1e4, 1.0, 0.0, 0.0, 0.0])
     new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=2, source_weights=weights,
                                       generator=torch.Generator().manual_seed(0))
-    assert stats["relocated"] == 3 and stats["added"] == 2
+    assert _counts(stats) == {"relocated": 3, "added": 2, "dead": 3}
     x = new.means.detach()[:, 0].tolist()
     assert [x[r] for r in (1, 3, 5, 6, 7)] == [2.0] * 5  # every copy of row 2, none of a dead row
     assert x[0] == 0.0 and x[4] == 4.0  # the sources without gradient are left as they were
@@ -119,7 +124,7 @@ def test_a_small_set_still_relocates_under_the_bound():
     opt = _optimizer(g)
     new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=0, max_fraction=0.05,
                                       generator=torch.Generator().manual_seed(0))
-    assert stats == {"relocated": 1, "added": 0, "dead": 1}
+    assert _counts(stats) == {"relocated": 1, "added": 0, "dead": 1}
     assert float(new.means.detach()[1, 0]) in (0.0, 2.0)
 
 
@@ -130,7 +135,7 @@ def test_source_weights_all_zero_fall_back_to_opacity():
     opt = _optimizer(g)
     new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=1, source_weights=torch.zeros(4),
                                       generator=torch.Generator().manual_seed(0))
-    assert stats == {"relocated": 2, "added": 1, "dead": 2}
+    assert _counts(stats) == {"relocated": 2, "added": 1, "dead": 2}
     assert all(x in (0.0, 2.0) for x in new.means.detach()[[1, 3, 4], 0].tolist())
 
 
@@ -143,7 +148,7 @@ def test_jitter_draws_copies_from_their_source_distribution():
     opt = _optimizer(g)
     new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=n // 2, jitter=1.0,
                                       generator=torch.Generator().manual_seed(0))
-    assert stats["relocated"] == n - 1 and stats["added"] == n // 2
+    assert _counts(stats) == {"relocated": n - 1, "added": n // 2, "dead": n - 1}
     means = new.means.detach()
     assert float(means[0, 0]) == 0.0  # the source stays where it was
     grown = means[n:] - means[0]
@@ -158,6 +163,31 @@ def test_jitter_draws_copies_from_their_source_distribution():
     assert bool((local.mean(0).abs() < 4 * scale / math.sqrt(n - 1)).all())  # centred: within 4 standard errors
     corr = torch.corrcoef(local.T)
     assert float((corr - torch.eye(3)).abs().max()) < 0.06  # independent along the rotated axes
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: what waits for the device is CUDA's")
+def test_a_refinement_never_waits_for_the_device():
+    """Relocation, growth and the actor sort queue their work behind the training steps: none of
+    them reads a value back (torch's sync debug mode turns a synchronising call into an error)."""
+    n = 20_000
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    g = GaussianParams.create(torch.randn(n, 3), torch.rand(n, 3), torch.rand(n, 3))
+    g.opacity_logits = torch.logit(torch.rand(n).clamp(1e-4, 0.9))
+    g = g.map(lambda t: torch.nn.Parameter(t.cuda().contiguous()))
+    opt = FusedAdam([{"params": [p], "lr": 0.0} for p in g.tensors().values()])
+    index = torch.randint(0, 5, (n,), dtype=torch.int32, device="cuda")
+    weights = torch.rand(n, device="cuda")
+    split_opacity_and_scale(torch.tensor([0.5], device="cuda"), torch.tensor([2], device="cuda"))  # its table, once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        new, new_index, stats = relocate_and_grow(g, opt, dead_opacity=0.02, add=1000, generator=gen,
+                                                  actor_index=index, max_fraction=0.05, source_weights=weights,
+                                                  jitter=1.0)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert len(new) == n + 1000 and int(stats["relocated"]) == min(int(stats["dead"]), 1000)
+    assert new_index.tolist() == sorted(new_index.tolist())
 
 
 def test_noise_moves_only_transparent_gaussians():
