@@ -139,6 +139,18 @@ def test_source_weights_all_zero_fall_back_to_opacity():
     assert all(x in (0.0, 2.0) for x in new.means.detach()[[1, 3, 4], 0].tolist())
 
 
+def test_a_set_without_live_gaussians_relocates_none_and_still_grows():
+    """Nothing alive to copy: no row moves (the work is sized without reading the dead count
+    back), and the grown rows copy dead ones, for a later refinement to relocate."""
+    g = _params([0.001, 0.002, 0.003])
+    opt = _optimizer(g)
+    new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=2, generator=torch.Generator().manual_seed(0))
+    assert _counts(stats) == {"relocated": 0, "added": 2, "dead": 3}
+    x = new.means.detach()[:, 0].tolist()
+    assert x[:3] == [0.0, 1.0, 2.0] and all(v in (0.0, 1.0, 2.0) for v in x[3:])
+    assert bool((torch.sigmoid(new.opacity_logits.detach()) <= 0.005).all())
+
+
 def test_jitter_draws_copies_from_their_source_distribution():
     n = 4001
     g = _params([0.9] + [0.001] * (n - 1))
