@@ -187,7 +187,8 @@ def relocate_and_grow(params: GaussianParams, optimizer: FusedAdam, *, dead_opac
     if jitter > 0:
         copies_rows = torch.cat((candidates, torch.arange(n, n + add, device=candidates.device)))
         offsets = _gaussian_offsets(data["quats"][copies_rows], data["log_scales"][copies_rows], generator)
-        data["means"][copies_rows] += jitter * offsets * used[:, None]
+        # (a where, not a product: an unmoved row's offset may be inf)
+        data["means"][copies_rows] += torch.where(used[:, None], jitter * offsets, torch.zeros_like(offsets))
     if index is not None:  # keep actor Gaussians sorted by actor
         order = torch.argsort(index, stable=True)
         index = index[order].contiguous()

@@ -151,6 +151,19 @@ def test_a_set_without_live_gaussians_relocates_none_and_still_grows():
     assert bool((torch.sigmoid(new.opacity_logits.detach()) <= 0.005).all())
 
 
+def test_jitter_leaves_live_candidates_where_they_were():
+    """The bound's candidates include live Gaussians when few are dead; those are not moved, even
+    when their own Gaussian is too wide to draw from (an infinite offset)."""
+    g = _params([0.9, 0.001, 0.5])
+    g.log_scales.data[2] = 100.0  # exp overflows in float32
+    opt = _optimizer(g)
+    new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=0, max_fraction=1.0, jitter=1.0,
+                                      source_weights=torch.tensor([1.0, 0.0, 0.0]),
+                                      generator=torch.Generator().manual_seed(0))
+    assert _counts(stats) == {"relocated": 1, "added": 0, "dead": 1}
+    assert new.means.detach()[2].tolist() == [2.0, 2.0, 2.0] and new.means.detach()[0].tolist() == [0.0, 0.0, 0.0]
+
+
 def test_jitter_draws_copies_from_their_source_distribution():
     n = 4001
     g = _params([0.9] + [0.001] * (n - 1))
