@@ -48,13 +48,17 @@ def _copy_coefficients(max_copies: int = MAX_COPIES) -> torch.Tensor:  # [max_co
 
 
 _COEFFS = _copy_coefficients()
-_COEFFS_ON: dict[torch.device, torch.Tensor] = {}  # the table per device: a copy from the host would wait for it
+# the table per device, with the pinned host copy it came from (kept alive for the copy)
+_COEFFS_ON: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 def _coefficients_on(device: torch.device) -> torch.Tensor:
+    """The table on ``device``; to a GPU from pinned memory without blocking (a copy from pageable
+    memory would wait for the device)."""
     if device not in _COEFFS_ON:
-        _COEFFS_ON[device] = _COEFFS.to(device)
-    return _COEFFS_ON[device]
+        host = _COEFFS.pin_memory() if device.type == "cuda" else _COEFFS
+        _COEFFS_ON[device] = (host.to(device, non_blocking=True), host)
+    return _COEFFS_ON[device][0]
 
 
 def split_opacity_and_scale(opacity: torch.Tensor,  # [M] of the sources, in (0, 1)

@@ -267,7 +267,7 @@ class Trainer:
             self.grad2d_sums = torch.zeros(n, dtype=torch.float32, device=self.device)
         return self.grad2d_sums
 
-    def _refine(self) -> dict[str, int]:
+    def _refine(self) -> dict[str, Any]:  # counts: ints, or 0-dim device tensors (read at the next log)
         cfg, scene = self.cfg, self.scene
         total = scene.num_gaussians
         room = max(0, self.max_gaussians - total)
@@ -358,9 +358,10 @@ class Trainer:
                                 self._grow_capacities(scene.num_gaussians / max(1, before))
                         parts["refinements"] += time.monotonic() - t0  # host time (queued, not waited for)
                         # its counts are device tensors: read with the next log's (one sync for both)
-                        history.append({"step": done, "event": "refine", **stats, "gaussians": scene.num_gaussians,
-                                        "seconds": round(time.monotonic() - start, 3)})
-                        unread.append(history[-1])
+                        event = {"step": done, "event": "refine", **stats, "gaussians": scene.num_gaussians,
+                                 "seconds": round(time.monotonic() - start, 3)}
+                        unread.append(event)  # (first: a Ctrl-C between the two leaves no tensor in the log)
+                        history.append(event)
                     while next_refine <= self.progress:  # one refinement however far progress jumped
                         next_refine += max(cfg.refine_every_fraction, 1e-9)
                 at_log = done % cfg.log_interval == 0 or done == cfg.steps

@@ -10,6 +10,7 @@ import torch
 from nurec_usd.ops.adam import FusedAdam
 from nurec_usd.scene.gaussians import GaussianParams
 from nurec_usd.ops.reference import perturb_transparent_reference
+from nurec_usd.train import densify as densify_module
 from nurec_usd.train.densify import (perturb_transparent, relocate_and_grow,
                                     split_opacity_and_scale)
 
@@ -153,15 +154,26 @@ def test_a_set_without_live_gaussians_relocates_none_and_still_grows():
 
 def test_jitter_leaves_live_candidates_where_they_were():
     """The bound's candidates include live Gaussians when few are dead; those are not moved, even
-    when their own Gaussian is too wide to draw from (an infinite offset)."""
+    when their own Gaussian is too wide to draw from (an infinite offset), and their sources' draws
+    are not copies."""
     g = _params([0.9, 0.001, 0.5])
     g.log_scales.data[2] = 100.0  # exp overflows in float32
     opt = _optimizer(g)
-    new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=0, max_fraction=1.0, jitter=1.0,
+    new, _, stats = relocate_and_grow(g, opt, dead_opacity=0.005, add=1, max_fraction=1.0, jitter=1.0,
                                       source_weights=torch.tensor([1.0, 0.0, 0.0]),
                                       generator=torch.Generator().manual_seed(0))
-    assert _counts(stats) == {"relocated": 1, "added": 0, "dead": 1}
-    assert new.means.detach()[2].tolist() == [2.0, 2.0, 2.0] and new.means.detach()[0].tolist() == [0.0, 0.0, 0.0]
+    assert _counts(stats) == {"relocated": 1, "added": 1, "dead": 1}
+    means = new.means.detach()
+    assert means[2].tolist() == [2.0, 2.0, 2.0] and means[0].tolist() == [0.0, 0.0, 0.0]
+    # row 0 is shared by exactly the copies made (itself, row 1, the grown row 3), not by the
+    # draws of the live candidates that stayed, and the grown row copies its split values
+    opacity = torch.sigmoid(new.opacity_logits.detach())
+    assert float(opacity[0]) == pytest.approx(1 - 0.1 ** (1 / 3), rel=1e-5)
+    assert torch.equal(new.opacity_logits.detach()[3], new.opacity_logits.detach()[0])
+    assert torch.equal(new.log_scales.detach()[3], new.log_scales.detach()[0])
+    m = opt.state[new.opacity_logits]["exp_avg"]
+    assert float(m[0]) == 0 and float(m[1]) == 0 and float(m[3]) == 0  # the source and its copies start afresh
+    assert float(m[2]) != 0  # the live candidate that stayed keeps its moments
 
 
 def test_jitter_draws_copies_from_their_source_distribution():
@@ -202,7 +214,10 @@ def test_a_refinement_never_waits_for_the_device():
     opt = FusedAdam([{"params": [p], "lr": 0.0} for p in g.tensors().values()])
     index = torch.randint(0, 5, (n,), dtype=torch.int32, device="cuda")
     weights = torch.rand(n, device="cuda")
-    split_opacity_and_scale(torch.tensor([0.5], device="cuda"), torch.tensor([2], device="cuda"))  # its table, once
+    for p in g.tensors().values():  # Adam's moments, to be carried along the rows
+        p.grad = torch.ones_like(p)
+    opt.step()
+    densify_module._COEFFS_ON.clear()  # the opacity table's first copy to the GPU included
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
