@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from nurec_usd.ops.adam import FusedAdam
 
 MAX_COPIES = 51  # a source shares its opacity among at most this many copies
+_SPLIT_CHUNK = 1 << 18  # sources whose opacity split is computed at once (about 100 MB of float64 terms)
 
 
 def _copy_coefficients(max_copies: int = MAX_COPIES) -> torch.Tensor:  # [max_copies + 1, max_copies]
@@ -70,8 +71,12 @@ def split_opacity_and_scale(opacity: torch.Tensor,  # [M] of the sources, in (0,
     o = opacity.double().clamp(1e-6, 1 - 1e-6)
     o_new = 1 - (1 - o) ** (1.0 / n.double())
     k = torch.arange(MAX_COPIES, dtype=torch.float64, device=o.device)
-    powers = o_new[:, None] ** (k[None, :] + 1)
-    denom = (_coefficients_on(o.device)[n] * powers).sum(-1)
+    table = _coefficients_on(o.device)
+    # in chunks: a row's terms take MAX_COPIES float64 values (relocating a whole set of millions
+    # at once would otherwise hold gigabytes)
+    denom = torch.cat([(table[n_c] * o_c[:, None] ** (k[None, :] + 1)).sum(-1)
+                       for n_c, o_c in zip(n.split(_SPLIT_CHUNK), o_new.split(_SPLIT_CHUNK))]) \
+        if len(n) else torch.zeros_like(o)
     factor = (o / denom.clamp_min(1e-12)).clamp(0.05, 1.0)  # the series loses precision for large n
     factor = torch.where(n == 1, torch.ones_like(factor), factor)
     return o_new.to(opacity.dtype), factor.to(opacity.dtype)

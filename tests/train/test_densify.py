@@ -34,6 +34,16 @@ def test_scale_factor_matches_the_brute_force_series():
     torch.testing.assert_close(factor, expected)
 
 
+def test_opacity_split_in_chunks_equals_one_pass(monkeypatch):
+    gen = torch.Generator().manual_seed(0)
+    o = torch.rand(1000, generator=gen).clamp(0.01, 0.99)
+    n = torch.randint(1, 60, (1000,), generator=gen)
+    whole = split_opacity_and_scale(o, n)
+    monkeypatch.setattr(densify_module, "_SPLIT_CHUNK", 77)
+    chunked = split_opacity_and_scale(o, n)
+    assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1], chunked[1])
+
+
 def _params(opacities: list[float]) -> GaussianParams:
     n = len(opacities)
     g = GaussianParams.create(torch.arange(n, dtype=torch.float32)[:, None].repeat(1, 3),
