@@ -75,8 +75,7 @@ def split_opacity_and_scale(opacity: torch.Tensor,  # [M] of the sources, in (0,
     # in chunks: a row's terms take MAX_COPIES float64 values (relocating a whole set of millions
     # at once would otherwise hold gigabytes)
     denom = torch.cat([(table[n_c] * o_c[:, None] ** (k[None, :] + 1)).sum(-1)
-                       for n_c, o_c in zip(n.split(_SPLIT_CHUNK), o_new.split(_SPLIT_CHUNK))]) \
-        if len(n) else torch.zeros_like(o)
+                       for n_c, o_c in zip(n.split(_SPLIT_CHUNK), o_new.split(_SPLIT_CHUNK))])
     factor = (o / denom.clamp_min(1e-12)).clamp(0.05, 1.0)  # the series loses precision for large n
     factor = torch.where(n == 1, torch.ones_like(factor), factor)
     return o_new.to(opacity.dtype), factor.to(opacity.dtype)
