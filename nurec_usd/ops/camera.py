@@ -139,6 +139,9 @@ class RenderSettings:
     # [N] float, or None: the backward adds each Gaussian's screen-space position gradient norm
     # (pixels, summed over the cameras) into it; densification reads where the error is from it
     grad2d_sums: torch.Tensor | None = None
+    # [N] float, or None: the backward adds the number of cameras in which each Gaussian got a
+    # screen-space position gradient (with grad2d_sums: the gradient's mean over the views that saw it)
+    grad2d_counts: torch.Tensor | None = None
 
 
 @dataclass
@@ -353,6 +356,8 @@ class _RenderCameras(torch.autograd.Function):
         g_opacities = g_opacities2d.sum(0)
         if ctx.settings.grad2d_sums is not None:
             ctx.settings.grad2d_sums.add_(torch.linalg.vector_norm(g_means2d, dim=-1).sum(0))
+        if ctx.settings.grad2d_counts is not None:
+            ctx.settings.grad2d_counts.add_((g_means2d != 0).any(-1).sum(0))
         return g_means, g_quats, g_scales, g_opacities, g_sh, grad_background, None, None, None
 
 
@@ -410,10 +415,12 @@ def render_cameras(
             raise ValueError(f"SH coefficients must be [N, K>=(d+1)^2, 3] with 0 <= d <= 3, got {tuple(colors.shape)} "
                              f"for degree {sh_degree}")
         sh, degree = colors, sh_degree
-    sums = settings.grad2d_sums
-    if sums is not None and (tuple(sums.shape) != (n,) or not sums.is_floating_point() or sums.device != means.device):
-        raise ValueError(f"RenderSettings.grad2d_sums must be a float tensor of shape {(n,)} on {means.device}, "
-                         f"got {sums.dtype} {tuple(sums.shape)} on {sums.device}")
+    for name in ("grad2d_sums", "grad2d_counts"):
+        sums = getattr(settings, name)
+        if sums is not None and (tuple(sums.shape) != (n,) or not sums.is_floating_point()
+                                 or sums.device != means.device):
+            raise ValueError(f"RenderSettings.{name} must be a float tensor of shape {(n,)} on {means.device}, "
+                             f"got {sums.dtype} {tuple(sums.shape)} on {sums.device}")
     c = len(cameras)
     if 10 * c * n >= 2**31:  # the backward adds into one buffer of 10 values per (camera, Gaussian)
         raise ValueError(f"{c} cameras x {n} Gaussians is too large a batch for one render (at most "

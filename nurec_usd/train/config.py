@@ -93,19 +93,22 @@ class TrainConfig:
     grow_factor: float = option(1.05, low=1, high=10)
     # Gaussians under this opacity are relocated (MCMC's 0.005 moved under 1% of drive30's in a
     # fast build; 0.02 moves 2-3% a refinement, where the error is: benchmarks/RESULTS.md, drive30);
-    # it also centres the gate of the position noise (noise_scale), as in MCMC
+    # unless noise_opacity is set, it also centres the gate of the position noise (noise_scale), as in MCMC
     dead_opacity: float = option(0.02, low=0, high=1, high_open=True)
     # at most this share of a set relocated per refinement, the least opaque first (copies share their
     # source's opacity: a high dead_opacity otherwise relocates ever more, the copies of the last time)
     relocate_max_fraction: float = option(0.05, low=0, high=1)
     # where copies go: sources drawn by opacity (MCMC) or by opacity x their screen-space position
-    # gradient summed since the last refinement ("gradient": where the images disagree)
-    relocate_weight: str = option("gradient", choices=("opacity", "gradient"))
+    # gradient since the last refinement, summed over the views ("gradient": where the images
+    # disagree) or its mean over the views that saw each ("gradient_mean", 3DGS's statistic)
+    relocate_weight: str = option("gradient", choices=("opacity", "gradient", "gradient_mean"))
     # copies' centres drawn from their source's Gaussian at this many standard deviations (0: on it,
     # where they stay together: coincident copies get nearly the same gradients)
     relocate_jitter: float = option(1.0, low=0, high=10)
     # position noise of near-transparent Gaussians, in units of their own scale
     noise_scale: float = option(0.1, low=0, high=100)
+    # the opacity the noise's gate is centred on (0: dead_opacity)
+    noise_opacity: float = option(0.0, low=0, high=1, high_open=True)
     # bookkeeping
     log_interval: int = option(25, low=1)  # loss / PSNR read back (one host sync) every this many steps
     checkpoint_interval: int = option(200, low=1)  # last good state kept in memory for divergence recovery

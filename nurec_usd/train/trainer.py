@@ -121,9 +121,11 @@ class Trainer:
         self.prof = profiler or StepProfiler(self.device, 0, enabled=False)
         self.progress = 0.0  # fraction of the run done (steps, or the time budget)
         self.max_gaussians = config.max_gaussians
-        # [N] screen-space position gradient sums since the last refinement (relocation's sources
-        # with relocate_weight="gradient"); made by the first step that needs them
+        # [N] screen-space position gradient sums since the last refinement, and with
+        # relocate_weight="gradient_mean" the views that gave each one (relocation's sources);
+        # made by the first step that needs them
         self.grad2d_sums: torch.Tensor | None = None
+        self.grad2d_counts: torch.Tensor | None = None
         self.position_scale = float(scene.metadata.get("position_scale", 1.0))  # see initialize_scene
 
     def _batch_rule(self, views: float) -> tuple[float, tuple[float, float]]:
@@ -186,12 +188,12 @@ class Trainer:
             use_depth = self.depth_targets is not None
             settings = self._settings(kind, lambda c: RenderSettings(capacity=c, depth=use_depth))
             # the sums are read by refinements only: none after the last one
-            sums = (self._grad2d_sums() if cfg.relocate_weight == "gradient"
+            sums = (self._grad2d_sums() if cfg.relocate_weight != "opacity"
                     and self.progress < cfg.refine_stop_fraction else None)
             if settings is None and (use_depth or sums is not None):  # exact size
                 settings = RenderSettings(depth=use_depth)  # (the renderer's default renders no depth)
             if sums is not None:
-                settings = replace(settings, grad2d_sums=sums)
+                settings = replace(settings, grad2d_sums=sums, grad2d_counts=self.grad2d_counts)
         with prof.part("camera forward"):
             out = self.renderer.cameras(views, settings)
         with prof.part("camera loss"):
@@ -239,7 +241,7 @@ class Trainer:
         with prof.part("perturb"):
             decay = self._lr_factor()
             for p in (scene.static, scene.actors):
-                perturb_transparent(p, cfg.noise_scale * decay, cfg.dead_opacity, self.gen)
+                perturb_transparent(p, cfg.noise_scale * decay, cfg.noise_opacity or cfg.dead_opacity, self.gen)
                 if cfg.max_scale_m > 0:
                     with torch.no_grad():
                         p.log_scales.clamp_(max=math.log(cfg.max_scale_m))
@@ -261,10 +263,12 @@ class Trainer:
 
     def _grad2d_sums(self) -> torch.Tensor:  # [N] static then actor Gaussians, as the renderer places them
         """The screen-space gradient sums since the last refinement (zeros for the current count
-        after one)."""
+        after one); with relocate_weight="gradient_mean", ``grad2d_counts`` alongside."""
         n = self.scene.num_gaussians
         if self.grad2d_sums is None or self.grad2d_sums.numel() != n:
             self.grad2d_sums = torch.zeros(n, dtype=torch.float32, device=self.device)
+            self.grad2d_counts = (torch.zeros_like(self.grad2d_sums) if self.cfg.relocate_weight == "gradient_mean"
+                                  else None)
         return self.grad2d_sums
 
     def _refine(self) -> dict[str, Any]:  # counts: ints, or 0-dim device tensors (read at the next log)
@@ -273,8 +277,11 @@ class Trainer:
         room = max(0, self.max_gaussians - total)
         add = min(room, int(len(scene.static) * (cfg.grow_factor - 1)))
         s_weights = a_weights = None
-        if cfg.relocate_weight == "gradient":
-            s_weights, a_weights = self._grad2d_sums().split([len(scene.static), len(scene.actors)])
+        if cfg.relocate_weight != "opacity":
+            weights = self._grad2d_sums()
+            if self.grad2d_counts is not None:  # the mean over the views that saw each
+                weights = weights / self.grad2d_counts.clamp_min(1)
+            s_weights, a_weights = weights.split([len(scene.static), len(scene.actors)])
         options = {"dead_opacity": cfg.dead_opacity, "max_fraction": cfg.relocate_max_fraction,
                    "jitter": cfg.relocate_jitter, "generator": self.gen}
         with self.prof.part("refine: static set"):
@@ -286,7 +293,7 @@ class Trainer:
                                                              source_weights=a_weights, **options)
         if index is not None:
             scene.actor_index = index
-        self.grad2d_sums = None  # the next interval's start afresh
+        self.grad2d_sums = self.grad2d_counts = None  # the next interval's start afresh
         return {"relocated": s_stats["relocated"] + a_stats["relocated"], "added": s_stats["added"],
                 "dead": s_stats["dead"] + a_stats["dead"]}
 

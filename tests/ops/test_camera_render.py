@@ -123,6 +123,28 @@ def test_screen_gradient_sums_match_twin():
         render_cameras(*params, cams, sh_degree=3, settings=RenderSettings(grad2d_sums=torch.zeros(7, dtype=dtype)))
 
 
+def test_screen_gradient_counts_match_twin():
+    """RenderSettings.grad2d_counts: the backward adds, per Gaussian, the number of cameras in which
+    its 2D mean got a gradient; against the twin's 2D mean gradients (float64)."""
+    dtype = torch.float64
+    params = [p.requires_grad_(True) for p in make_gaussians(300, dtype, seed=5, spread=3.0)]
+    cams = make_cameras(dtype)
+    counts = torch.full((300,), 2.0, dtype=dtype)
+    settings = RenderSettings(depth=False, grad2d_sums=torch.zeros(300, dtype=dtype), grad2d_counts=counts)
+    ours = render_cameras(*params, cams, sh_degree=3, settings=settings)
+    rgb, alpha, _, means2d, radii = render_cameras_reference(*params, cams, sh_degree=3)
+    means2d.retain_grad()
+    w = torch.randn(ours.rgb.shape, generator=torch.Generator().manual_seed(6), dtype=dtype)
+    (ours.rgb * w).sum().backward()
+    (rgb * w).sum().backward()
+    seen = ((means2d.grad != 0).any(-1) & (radii > 0)).sum(0)  # [N] cameras that gave a gradient
+    assert len(cams) > 1 and int((seen > 1).sum()) > 20, "some Gaussians should be seen by several cameras"
+    assert int((seen == 0).sum()) > 0, "some Gaussians should get no gradient at all"
+    torch.testing.assert_close(counts, 2.0 + seen.to(dtype), atol=0, rtol=0)
+    with pytest.raises(ValueError, match="grad2d_counts"):
+        render_cameras(*params, cams, sh_degree=3, settings=RenderSettings(grad2d_counts=torch.zeros(7, dtype=dtype)))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_forward_without_depth_image_equals_the_full_forward(dtype):
     """RenderSettings(depth=False): the forward that leaves the depths out renders the same colour

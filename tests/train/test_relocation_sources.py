@@ -1,6 +1,7 @@
 """The trainer's relocation sources: each Gaussian's screen-space gradient summed over the steps
-since the last refinement (``relocate_weight="gradient"``), handed to ``relocate_and_grow`` split
-as the renderer places the Gaussians (static, then actors), and started afresh after a refinement."""
+since the last refinement (``relocate_weight="gradient"``, or its mean over the views that gave it
+with "gradient_mean"), handed to ``relocate_and_grow`` split as the renderer places the Gaussians
+(static, then actors), and started afresh after a refinement."""
 
 from __future__ import annotations
 
@@ -74,3 +75,37 @@ def test_opacity_sources_keep_no_sums(capture, monkeypatch):
     monkeypatch.setattr(trainer_module, "relocate_and_grow", recording)
     trainer._refine()
     assert seen == [None, None]
+
+
+def test_gradient_mean_divides_by_the_views_that_gave_each(capture, monkeypatch):
+    trainer = _trainer(capture, relocate_weight="gradient_mean")
+    trainer.step(0)
+    trainer.step(1)
+    sums, counts = trainer.grad2d_sums.clone(), trainer.grad2d_counts.clone()
+    assert counts.shape == sums.shape and float(counts.max()) > 1, "some Gaussians should be seen in several views"
+    assert bool(((counts > 0) == (sums > 0)).all()), "a view gives a count exactly when it gives a gradient"
+    assert bool((counts == counts.round()).all())
+    seen = []
+    real = trainer_module.relocate_and_grow
+
+    def recording(params, optimizer, **kwargs):
+        seen.append(kwargs["source_weights"].clone())
+        return real(params, optimizer, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "relocate_and_grow", recording)
+    trainer._refine()
+    torch.testing.assert_close(torch.cat(seen), sums / counts.clamp_min(1), atol=0, rtol=0)
+    assert trainer.grad2d_sums is None and trainer.grad2d_counts is None
+    trainer.step(2)
+    assert trainer.grad2d_counts.shape == (trainer.scene.num_gaussians,)
+    assert 0 < float(trainer.grad2d_counts.sum()) < float(counts.sum())
+
+
+@pytest.mark.parametrize("noise_opacity, centre", [(0.0, "dead_opacity"), (0.3, 0.3)])
+def test_the_noise_gate_centres_on_noise_opacity_or_dead_opacity(capture, monkeypatch, noise_opacity, centre):
+    trainer = _trainer(capture, noise_opacity=noise_opacity, dead_opacity=0.05)
+    gates = []
+    monkeypatch.setattr(trainer_module, "perturb_transparent", lambda p, scale, gate, gen: gates.append(gate))
+    trainer.step(0)
+    expected = 0.05 if centre == "dead_opacity" else centre
+    assert gates == [expected, expected]  # static and actor Gaussians
