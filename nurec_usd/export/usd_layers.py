@@ -22,7 +22,7 @@
 Gaussians are written post-activation (exp scales, sigmoid opacities, unit quaternions) as
 ``UsdVol.ParticleField3DGaussianSplat`` prims, each with a ``UsdGeom.Points`` proxy for plain
 viewers, and a ``primvars:nurec:lidarIntensity`` (modelled lidar return intensity). Cameras
-carry the per-camera exposure the reconstruction learned, lidars the intensity scale: with
+carry the per-camera exposure and lens falloff the reconstruction learned, lidars the intensity scale: with
 the sky, everything ``nurec_usd.replay.stage`` needs to render the sensors from the USD alone.
 Actors and the background carry ``UsdSemantics.LabelsAPI:class`` labels; the splats a
 ``projectionModeHint``. docs/usd-for-simulators.md lists what simulators read.
@@ -619,7 +619,8 @@ def _ftheta_backward(coeffs: list[float], max_fov_deg: float, width: int, height
     return [0.0, *map(float, k)]
 
 
-def _write_camera(stage, path: str, cam: dict, exposure: list[float] | None) -> None:
+def _write_camera(stage, path: str, cam: dict, exposure: list[float] | None,
+                  vignetting: list[float] | None = None) -> None:
     from pxr import Gf, Sdf, UsdGeom, Vt
 
     c = UsdGeom.Camera.Define(stage, path)
@@ -660,6 +661,8 @@ def _write_camera(stage, path: str, cam: dict, exposure: list[float] | None) -> 
          Vt.Int64Array([int(t) for t in cam.get("timestamps_us", [])]))
     attr("nurec:camera:exposure", Sdf.ValueTypeNames.DoubleArray,
          Vt.DoubleArray([float(v) for v in (exposure if exposure is not None else [0.0] * 6)]))
+    attr("nurec:camera:vignetting", Sdf.ValueTypeNames.DoubleArray,
+         Vt.DoubleArray([float(v) for v in (vignetting if vignetting is not None else [0.0] * 2)]))
 
     api = LENS_APIS.get(model)
     if api is None:
@@ -740,10 +743,11 @@ def _write_rig(scene, path: Path, timing: Timing) -> None:
         return f"/World/Rig/{name}"
 
     exposure = {cam_id: row for cam_id, row in zip(scene.camera_ids, _np(scene.exposure).tolist())}
+    vignetting = {cam_id: row for cam_id, row in zip(scene.camera_ids, _np(scene.vignetting).tolist())}
     cameras = []
     for cam in rig.get("cameras", []):
         cameras.append((cam, child(cam["id"])))
-        _write_camera(stage, cameras[-1][1], cam, exposure.get(cam["id"]))
+        _write_camera(stage, cameras[-1][1], cam, exposure.get(cam["id"]), vignetting.get(cam["id"]))
     scale = float(scene.metadata.get("intensity_scale", 1.0))
     for lid in rig.get("lidars", []):
         path = child(lid["id"])

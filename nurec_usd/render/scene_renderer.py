@@ -1,4 +1,4 @@
-"""Rendering a ``Scene``: Gaussians placed at a time, cameras with sky and exposure, lidar sweeps.
+"""Rendering a ``Scene``: Gaussians placed at a time, cameras with sky, exposure and lens falloff, lidar sweeps.
 
 Used by training, evaluation and replay. A ``SceneRenderer`` packs the scene's
 tracks for the fused interpolation once; each call then places every Gaussian for its time
@@ -114,8 +114,10 @@ class SceneRenderer:
         g = placed if placed is not None else self.place(view.time)
         raw = render_cameras(g.means, g.quats, g.scales, g.opacities, g.sh, view.batch,
                              sh_degree=self.scene.sh_degree, settings=settings or _IMAGE_ONLY)
+        c = view.camera_index
         image = self._finish(raw.rgb, raw.alpha, view.rays_camera[None], view.R_world_camera[None],
-                             self.scene.exposure[view.camera_index][None], None if view.lens is None else view.lens[None])
+                             self.scene.exposure[c][None], self.scene.vignetting[c][None],
+                             None if view.lens is None else view.lens[None])
         return SceneCameraRender(image[0], raw)
 
     def cameras(self, views: CameraViews, settings: RenderSettings | None = None,
@@ -126,7 +128,8 @@ class SceneRenderer:
         raw = render_cameras(g.means, g.quats, g.scales, g.opacities, g.sh, views.batch,
                              sh_degree=self.scene.sh_degree, settings=settings or _IMAGE_ONLY)
         image = self._finish(raw.rgb, raw.alpha, views.rays_camera, views.R_world_camera,
-                             self.scene.exposure[views.camera_indices], views.lens)
+                             self.scene.exposure[views.camera_indices], self.scene.vignetting[views.camera_indices],
+                             views.lens)
         return SceneCameraRender(image, raw)
 
     def _finish(self, rgb: torch.Tensor,  # [C, H, W, 3] Gaussians over black
@@ -134,12 +137,16 @@ class SceneRenderer:
                 rays: torch.Tensor,  # [C, H, W, 3] camera frame
                 R_world_camera: torch.Tensor,  # [C, 3, 3]
                 exposure: torch.Tensor,  # [C, 6] log gains, biases
+                vignetting: torch.Tensor,  # [C, 2] (k1, k2)
                 lens: torch.Tensor | None,  # [C, H, W] bool
                 ) -> torch.Tensor:  # [C, H, W, 3]
-        """The Gaussians over the sky, then each camera's exposure, and black outside its lens."""
+        """The Gaussians over the sky, then each camera's exposure and lens falloff (``Scene``),
+        and black outside its lens."""
         dirs = torch.einsum("chwj,ckj->chwk", rays, R_world_camera)  # world directions
         image = rgb + (1.0 - alpha)[..., None] * self.sky(dirs)
-        image = image * exposure[:, None, None, :3].exp() + exposure[:, None, None, 3:]
+        u = 1.0 - rays[..., 2]  # [C, H, W] 1 - cos of the angle off the optical axis
+        falloff = u * (vignetting[:, 0, None, None] + u * vignetting[:, 1, None, None])  # [C, H, W] log gain
+        image = image * (exposure[:, None, None, :3] + falloff[..., None]).exp() + exposure[:, None, None, 3:]
         if lens is not None:  # outside the lens's field of view the sensor sees black
             image = image * lens[..., None].to(image.dtype)
         return image

@@ -16,6 +16,7 @@ placed at the middle of the readout; a sweep sees them where they are when each 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +82,7 @@ class StageCamera:
     readout_s: float  # 0 for global shutters
     exposure: list[float]  # log gain (3), bias (3)
     frame_times_s: np.ndarray  # [F] the recorded frames' start times, seconds
+    vignetting: list[float] = dataclasses.field(default_factory=lambda: [0.0, 0.0])  # (k1, k2): Scene.vignetting
 
 
 @dataclass
@@ -181,11 +183,12 @@ class Replay:
         sky = self._read_sky()
         ids = list(self.cameras)
         exposure = torch.tensor([self.cameras[i].exposure for i in ids], dtype=torch.float32).reshape(-1, 6)
+        vignetting = torch.tensor([self.cameras[i].vignetting for i in ids], dtype=torch.float32).reshape(-1, 2)
         empty = GaussianParams.empty(self.device)
         # A scene without Gaussians: the renderer takes the placed Gaussians per call, and the
         # scene only brings the sky, the exposures and the SH degree.
         self._scene = Scene(empty, empty, torch.zeros(0, dtype=torch.int32, device=self.device), [], sky.to(self.device),
-                            ids, exposure.to(self.device), self.sh_degree)
+                            ids, exposure.to(self.device), self.sh_degree, vignetting=vignetting.to(self.device))
         self._renderer = SceneRenderer(self._scene)
         self._geometry: dict[tuple[str, int], CameraGeometry] = {}
         self._lidar_templates: dict[str, LidarBatch] = {}
@@ -231,12 +234,17 @@ class Replay:
         if len(exposure) != 6:
             raise ReplayError(f"{self.root}: {prim.GetPath()}: nurec:camera:exposure must hold 6 values, "
                               f"got {len(exposure)}")
+        # none authored (stages written before the falloff was learned) or empty: no falloff
+        vignetting = [float(v) for v in a("nurec:camera:vignetting", [0.0] * 2)] or [0.0] * 2
+        if len(vignetting) != 2 or not all(math.isfinite(v) for v in vignetting):
+            raise ReplayError(f"{self.root}: {prim.GetPath()}: nurec:camera:vignetting must hold 2 finite values, "
+                              f"got {vignetting}")
         return StageCamera(
             id=str(prim.GetCustomDataByKey("nurec:sensorId") or prim.GetName()), path=str(prim.GetPath()),
             model=str(a("nurec:camera:model")), width=width, height=height,
             intrinsics=intrinsics_from_items(list(a("nurec:camera:intrinsicNames")),
                                              list(a("nurec:camera:intrinsicValues"))),
-            shutter=shutter, readout_s=readout_s, exposure=exposure,
+            shutter=shutter, readout_s=readout_s, exposure=exposure, vignetting=vignetting,
             frame_times_s=self._seconds(a("nurec:camera:frameTimestampsUs", [])))
 
     def _read_lidar(self, prim) -> StageLidar:

@@ -140,6 +140,9 @@ class Scene:
     elevation from +90 down to -90 degrees, columns: azimuth from -180 to 180), pre-sigmoid.
     ``exposure[c]`` is camera ``camera_ids[c]``'s colour correction: per-channel log gain (3)
     and bias (3), applied as ``rgb * exp(gain) + bias``.
+    ``vignetting[c]`` is its lens falloff: (k1, k2) of a log gain ``k1 u + k2 u^2`` added to the
+    exposure's at each pixel, ``u = 1 - cos(theta)`` for the angle theta of the pixel's ray off
+    the optical axis (zeros: none; None given: zeros).
     ``pose_corrections`` are per-key track corrections (translations, rotation vectors) in
     the key order of ``tracks`` concatenated, or None when tracks were not refined.
     """
@@ -155,6 +158,12 @@ class Scene:
     pose_corrections: tuple[torch.Tensor, torch.Tensor] | None = None  # ([K, 3], [K, 3])
     world_offset_m: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
     metadata: dict[str, Any] = field(default_factory=dict)
+    vignetting: torch.Tensor | None = None  # [C, 2]
+
+    def __post_init__(self) -> None:
+        if self.vignetting is None:
+            self.vignetting = torch.zeros(len(self.camera_ids), 2, dtype=self.exposure.dtype,
+                                          device=self.exposure.device)
 
     @property
     def num_gaussians(self) -> int:
@@ -170,7 +179,8 @@ class Scene:
         corr = None if self.pose_corrections is None else tuple(move(t) for t in self.pose_corrections)
         return dataclasses.replace(self, static=self.static.map(move), actors=self.actors.map(move),
                                    actor_index=move(self.actor_index), sky=move(self.sky),
-                                   exposure=move(self.exposure), pose_corrections=corr)
+                                   exposure=move(self.exposure), vignetting=move(self.vignetting),
+                                   pose_corrections=corr)
 
     def detached(self) -> "Scene":
         """A copy with detached, cloned tensors (a checkpoint)."""
@@ -178,7 +188,8 @@ class Scene:
         corr = None if self.pose_corrections is None else tuple(copy(t) for t in self.pose_corrections)
         return dataclasses.replace(self, static=self.static.map(copy), actors=self.actors.map(copy),
                                    actor_index=copy(self.actor_index), sky=copy(self.sky),
-                                   exposure=copy(self.exposure), pose_corrections=corr)
+                                   exposure=copy(self.exposure), vignetting=copy(self.vignetting),
+                                   pose_corrections=corr)
 
     def save(self, path: str | Path) -> None:
         """Write ``scene.pt`` (to a temporary name, then moved into place)."""
@@ -188,7 +199,7 @@ class Scene:
             "format": "nurec_usd.scene", "version": FORMAT_VERSION,
             "static": s.static.tensors(), "actors": s.actors.tensors(), "actor_index": s.actor_index,
             "tracks": [dataclasses.asdict(t) for t in s.tracks], "sky": s.sky, "camera_ids": s.camera_ids,
-            "exposure": s.exposure, "sh_degree": s.sh_degree, "pose_corrections": s.pose_corrections,
+            "exposure": s.exposure, "vignetting": s.vignetting, "sh_degree": s.sh_degree, "pose_corrections": s.pose_corrections,
             "world_offset_m": list(s.world_offset_m), "metadata": s.metadata,
         }
         # through a file object: a failed write (a full disk) is then an OSError naming the file,
@@ -222,10 +233,14 @@ class Scene:
         if tuple(payload["exposure"].shape) != (len(payload["camera_ids"]), 6):
             raise ValueError(f"{path}: exposure: expected shape ({len(payload['camera_ids'])}, 6), "
                              f"got {tuple(payload['exposure'].shape)}")
+        vignetting = payload.get("vignetting")  # absent from files written before it was learned: none
+        if vignetting is not None and tuple(vignetting.shape) != (len(payload["camera_ids"]), 2):
+            raise ValueError(f"{path}: vignetting: expected shape ({len(payload['camera_ids'])}, 2), "
+                             f"got {tuple(vignetting.shape)}")
         if payload["sky"].dim() != 3 or payload["sky"].shape[0] != 3:
             raise ValueError(f"{path}: sky: expected shape (3, H, W), got {tuple(payload['sky'].shape)}")
         corr = payload["pose_corrections"]
         scene = cls(static, actors, payload["actor_index"], tracks, payload["sky"], list(payload["camera_ids"]),
                     payload["exposure"], int(payload["sh_degree"]), None if corr is None else tuple(corr),
-                    list(payload["world_offset_m"]), dict(payload["metadata"]))
+                    list(payload["world_offset_m"]), dict(payload["metadata"]), vignetting)
         return scene.to(device)

@@ -80,6 +80,7 @@ class TrainConfig:
     lr_intensity: float = option(2e-2, low=0, high=10)
     lr_sky: float = option(1e-2, low=0, high=10)
     lr_exposure: float = option(1e-3, low=0, high=10)
+    lr_vignetting: float = option(1e-2, low=0, high=10)  # each camera's lens falloff (0: none learned)
     lr_track: float = option(1e-4, low=0, high=10)  # pose corrections, when refine_tracks
     # how the rates above (tuned for one camera view a step) follow the views in a step: "sqrt"
     # (rates x sqrt(views), Adam's betas ^ views), "linear" (rates x views) or "none"

@@ -89,6 +89,8 @@ class Trainer:
         scene.actors = _as_parameters(scene.actors)
         scene.sky = torch.nn.Parameter(scene.sky.detach().contiguous())
         scene.exposure = torch.nn.Parameter(scene.exposure.detach().contiguous())
+        scene.vignetting = torch.nn.Parameter(scene.vignetting.detach().contiguous(),
+                                              requires_grad=config.lr_vignetting > 0)
         self.groups = data.groups(data.train_frames, config.cameras_per_step)
         self.lr_scale, betas = self._batch_rule(sum(len(g.frames) for g in self.groups) / len(self.groups))
         groups = []
@@ -98,6 +100,9 @@ class Trainer:
                                "lr": getattr(config, lr_key) * self.lr_scale, "name": f"{set_name}.{name}"})
         groups.append({"params": [scene.sky], "lr": config.lr_sky * self.lr_scale, "name": "sky"})
         groups.append({"params": [scene.exposure], "lr": config.lr_exposure * self.lr_scale, "name": "exposure"})
+        if config.lr_vignetting > 0:
+            groups.append({"params": [scene.vignetting], "lr": config.lr_vignetting * self.lr_scale,
+                           "name": "vignetting"})
         self.appearance = None  # per-frame colour corrections, training only (nurec_usd.train.appearance)
         if config.frame_appearance != "off":
             self.appearance = FrameAppearance(data, config.frame_appearance)
@@ -311,7 +316,7 @@ class Trainer:
         """How many parameter values are NaN or infinite (NaN means can hide behind a finite loss:
         the renderer culls such Gaussians)."""
         tensors = [*self.scene.static.tensors().values(), *self.scene.actors.tensors().values(),
-                   self.scene.sky, self.scene.exposure]
+                   self.scene.sky, self.scene.exposure, self.scene.vignetting]
         if self.appearance is not None:  # not exported, but a NaN correction poisons the scene's gradients
             tensors.append(self.appearance.delta)
         return torch.stack([(~torch.isfinite(t.detach())).sum() for t in tensors]).sum()
@@ -447,4 +452,5 @@ class Trainer:
         s = self.scene
         s.static, s.actors = checkpoint.static, checkpoint.actors
         s.actor_index, s.sky, s.exposure = checkpoint.actor_index, checkpoint.sky, checkpoint.exposure
+        s.vignetting = checkpoint.vignetting
         s.pose_corrections, s.sh_degree = checkpoint.pose_corrections, checkpoint.sh_degree

@@ -88,7 +88,8 @@ def scene(rig) -> Scene:
     return Scene(static=static, actors=actors, actor_index=index, tracks=tracks,
                  sky=torch.randn(3, 16, 32, generator=gen) * 2, camera_ids=[c["id"] for c in rig["cameras"]],
                  exposure=torch.randn(len(rig["cameras"]), 6, generator=gen) * 0.1,
-                 sh_degree=SH_DEGREE, pose_corrections=corr, metadata={"rig": rig, "intensity_scale": 7.5})
+                 sh_degree=SH_DEGREE, pose_corrections=corr, metadata={"rig": rig, "intensity_scale": 7.5},
+                 vignetting=torch.randn(len(rig["cameras"]), 2, generator=gen) * 0.1)
 
 
 @pytest.fixture(scope="module")
@@ -383,11 +384,13 @@ def test_camera_intrinsics_read_back_as_written(stage, rig):
                        for k, v in cam["intrinsics"].items()}, cam["id"]
 
 
-def test_cameras_carry_their_exposure_and_lidars_their_intensity_scale(stage, scene, rig):
+def test_cameras_carry_their_exposure_and_falloff_and_lidars_their_intensity_scale(stage, scene, rig):
     for i, cam_id in enumerate(scene.camera_ids):
         prim = stage.GetPrimAtPath(f"/World/Rig/{cam_id}")
         np.testing.assert_allclose(list(prim.GetAttribute("nurec:camera:exposure").Get()),
                                    scene.exposure[i].double().numpy(), rtol=1e-7)
+        np.testing.assert_allclose(list(prim.GetAttribute("nurec:camera:vignetting").Get()),
+                                   scene.vignetting[i].double().numpy(), rtol=1e-7)
         assert prim.GetCustomDataByKey("nurec:sensorId") == cam_id
     for lid in rig["lidars"]:
         prim = stage.GetPrimAtPath(f"/World/Rig/{lid['id']}")

@@ -53,8 +53,10 @@ def test_replay_reads_the_rig(replay, model):
 
 @torch.no_grad()
 def test_camera_replay_equals_the_model(replay, model):
-    """Every frame of every camera (global and rolling shutter, pinhole to f-theta, actors moving)."""
+    """Every frame of every camera (global and rolling shutter, pinhole to f-theta, actors moving),
+    each with the lens falloff the build learned."""
     renderer, data = model
+    assert float(renderer.scene.vignetting.abs().max(1).values.min()) > 1e-3, "the build learned every camera's falloff"
     worst = {}
     for ref in data.frames:
         cam = data.cameras[ref.camera]
@@ -306,3 +308,22 @@ def test_a_broken_splat_prim_is_named_with_its_attribute(usd_only, tmp_path):
     stage.GetRootLayer().Save()
     with pytest.raises(ReplayError, match=r"/World/Background/Gaussians: opacities has 2 entries, expected \d+"):
         Replay(broken)
+
+
+def test_a_camera_falloff_is_read_checked_and_absent_from_older_stages(usd_only, replay, tmp_path):
+    from pxr import Usd, Vt
+
+    learned = {cam_id: cam.vignetting for cam_id, cam in replay.cameras.items()}
+    assert all(len(v) == 2 and any(x != 0 for x in v) for v in learned.values()), learned
+    older = tmp_path / "older"
+    shutil.copytree(usd_only, older)
+    stage = Usd.Stage.Open(str(older / "rig.usdc"))  # the layer that authors the cameras
+    prim = stage.GetPrimAtPath(replay.cameras["front"].path)
+    prim.RemoveProperty("nurec:camera:vignetting")  # as written before the falloff was learned
+    stage.Save()
+    assert Replay(older).cameras["front"].vignetting == [0.0, 0.0]
+    prim.CreateAttribute("nurec:camera:vignetting", prim.GetAttribute("nurec:camera:exposure").GetTypeName()
+                         ).Set(Vt.DoubleArray([0.1, 0.2, 0.3]))
+    stage.Save()
+    with pytest.raises(ReplayError, match=r"/World/Rig/front: nurec:camera:vignetting must hold 2 finite values"):
+        Replay(older)
