@@ -67,7 +67,8 @@ def main() -> None:
     table = residual_by_angle(args.capture, args.run, args.downscale, args.device)
     print("captured / rendered brightness, by u = 1 - cos(angle off the axis) (thousands of pixels)")
     for cam, bins in table.items():
-        cells = [f"{BINS[b]:.1f}-{BINS[b + 1]:.1f}: {t / r:.3f} ({n // 1000}k)" for b, (t, r, n) in sorted(bins.items())]
+        cells = [f"{BINS[b]:.1f}-{BINS[b + 1]:.1f}: {t / r:.3f} ({n // 1000}k)"
+                 for b, (t, r, n) in sorted(bins.items())]
         print(f"{cam:>14}  " + "  ".join(cells))
 
 

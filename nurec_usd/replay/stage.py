@@ -186,16 +186,17 @@ class Replay:
         vignetting = torch.tensor([self.cameras[i].vignetting for i in ids], dtype=torch.float32).reshape(-1, 2)
         empty = GaussianParams.empty(self.device)
         # A scene without Gaussians: the renderer takes the placed Gaussians per call, and the
-        # scene only brings the sky, the exposures and the SH degree.
+        # scene only brings the sky, the exposures and falloffs, and the SH degree.
         self._scene = Scene(empty, empty, torch.zeros(0, dtype=torch.int32, device=self.device), [], sky.to(self.device),
-                            ids, exposure.to(self.device), self.sh_degree, vignetting=vignetting.to(self.device))
+                            ids, exposure.to(self.device), self.sh_degree,
+                            vignetting=vignetting.to(self.device))
         self._renderer = SceneRenderer(self._scene)
         self._geometry: dict[tuple[str, int], CameraGeometry] = {}
         self._lidar_templates: dict[str, LidarBatch] = {}
 
     @property
     def renderer(self) -> SceneRenderer:
-        """The renderer replay draws with: the stage's sky, the cameras' exposures and the SH degree.
+        """The renderer replay draws with: the stage's sky, the cameras' exposures and falloffs, and the SH degree.
         Its scene holds no Gaussians: pass placed ones (``placed=``)."""
         return self._renderer
 

@@ -199,7 +199,8 @@ class Scene:
             "format": "nurec_usd.scene", "version": FORMAT_VERSION,
             "static": s.static.tensors(), "actors": s.actors.tensors(), "actor_index": s.actor_index,
             "tracks": [dataclasses.asdict(t) for t in s.tracks], "sky": s.sky, "camera_ids": s.camera_ids,
-            "exposure": s.exposure, "vignetting": s.vignetting, "sh_degree": s.sh_degree, "pose_corrections": s.pose_corrections,
+            "exposure": s.exposure, "vignetting": s.vignetting, "sh_degree": s.sh_degree,
+            "pose_corrections": s.pose_corrections,
             "world_offset_m": list(s.world_offset_m), "metadata": s.metadata,
         }
         # through a file object: a failed write (a full disk) is then an OSError naming the file,
