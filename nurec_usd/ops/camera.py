@@ -415,12 +415,11 @@ def render_cameras(
             raise ValueError(f"SH coefficients must be [N, K>=(d+1)^2, 3] with 0 <= d <= 3, got {tuple(colors.shape)} "
                              f"for degree {sh_degree}")
         sh, degree = colors, sh_degree
-    for name in ("grad2d_sums", "grad2d_counts"):
-        sums = getattr(settings, name)
-        if sums is not None and (tuple(sums.shape) != (n,) or not sums.is_floating_point()
-                                 or sums.device != means.device):
+    for name in ("grad2d_sums", "grad2d_counts"):  # buffers the backward adds into
+        buf = getattr(settings, name)
+        if buf is not None and (tuple(buf.shape) != (n,) or not buf.is_floating_point() or buf.device != means.device):
             raise ValueError(f"RenderSettings.{name} must be a float tensor of shape {(n,)} on {means.device}, "
-                             f"got {sums.dtype} {tuple(sums.shape)} on {sums.device}")
+                             f"got {buf.dtype} {tuple(buf.shape)} on {buf.device}")
     c = len(cameras)
     if 10 * c * n >= 2**31:  # the backward adds into one buffer of 10 values per (camera, Gaussian)
         raise ValueError(f"{c} cameras x {n} Gaussians is too large a batch for one render (at most "
