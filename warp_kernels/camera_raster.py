@@ -80,6 +80,8 @@ def make_raster_kernels(float_t, warp_sum, warp_sum2, warp_sum8, launch_bounds=N
     in shared memory (cooperative gathers by index), then every pixel walks the batch from
     there: global-memory latency is paid once per batch instead of once per Gaussian.
     Per-(camera, Gaussian) arrays are flat, indexed by ``camera * N + gaussian``.
+    Block b renders tile ``tile_order[b]``: launching the longest lists first keeps a few heavy
+    tiles from running alone at the end of the launch (``TILE_ORDER`` in nurec_usd.ops.camera).
     """
     module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
     vec2 = wp.types.vector(2, float_t)
@@ -109,6 +111,7 @@ def make_raster_kernels(float_t, warp_sum, warp_sum2, warp_sum8, launch_bounds=N
         @wp.kernel(module=module, launch_bounds=launch_bounds)
         def rasterize_forward(
             ranges: wp.array2d(dtype=wp.int32),  # [tiles, 2] slice of the sorted list per tile
+            tile_order: wp.array(dtype=wp.int32),  # [tiles] the tile each block renders
             flat_ids: wp.array(dtype=wp.int32),  # [M] sorted values: camera * N + gaussian
             means2d: wp.array(dtype=vec2),  # [C * N]
             conics: wp.array(dtype=vec3),  # [C * N]
@@ -125,7 +128,8 @@ def make_raster_kernels(float_t, warp_sum, warp_sum2, warp_sum8, launch_bounds=N
             out_depth: wp.array3d(dtype=float_t),  # [C, H, W] sum of w_i depth_i (not normalised)
             out_last: wp.array3d(dtype=wp.int32),  # [C, H, W] one past the last Gaussian composited
         ):
-            tile, lane = wp.tid()
+            block, lane = wp.tid()
+            tile = tile_order[block]
             c, px, py = pixel_of(tile, lane, tiles_x, tiles_per_cam)
             inside = px < width and py < height
             start = ranges[tile, 0]
@@ -205,6 +209,7 @@ def make_raster_kernels(float_t, warp_sum, warp_sum2, warp_sum8, launch_bounds=N
         @wp.kernel(module=module, launch_bounds=launch_bounds)
         def rasterize_backward(
             ranges: wp.array2d(dtype=wp.int32),
+            tile_order: wp.array(dtype=wp.int32),
             flat_ids: wp.array(dtype=wp.int32),
             means2d: wp.array(dtype=vec2),
             conics: wp.array(dtype=vec3),
@@ -226,7 +231,8 @@ def make_raster_kernels(float_t, warp_sum, warp_sum2, warp_sum8, launch_bounds=N
             # [S, 3], colours [S, 3], depths [S] and opacities [S], one after the other
             grad: wp.array(dtype=float_t),
         ):
-            tile, lane = wp.tid()
+            block, lane = wp.tid()
+            tile = tile_order[block]
             c, px, py = pixel_of(tile, lane, tiles_x, tiles_per_cam)
             inside = px < width and py < height
             start = ranges[tile, 0]

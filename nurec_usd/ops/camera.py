@@ -242,6 +242,32 @@ def projection_backward(means, quats, scales, opacities, cams: CameraBatch, sett
     return g_means, g_quats, g_scales
 
 
+# The order in which the rasterizer's blocks take the tiles. A tile's time grows with its list,
+# and a few tiles hold many times the mean: launched last, they run alone at the end of the
+# launch. "list" launches the longest lists first in both passes (the backward's own key, the
+# walk back from each tile's furthest pixel, measured no better), "index" in the tiles' own
+# order; benchmarks compare the two. Images and gradients do not depend on it.
+TILE_ORDER = "list"
+
+
+def _tile_order(lengths: torch.Tensor) -> torch.Tensor:
+    """[tiles] int32: the tiles by descending ``lengths`` [tiles] int32, ties in index order (or
+    0..tiles-1 when TILE_ORDER is "index"). Warp's radix sort, not torch's: it is already part of
+    the render that GraphedCameraRenderer captures."""
+    n, device = lengths.shape[0], lengths.device
+    keys, values = torch.empty(2, 2 * n, dtype=torch.int32, device=device)  # the sort's double buffers
+    order = values[:n]
+    torch.arange(n, dtype=torch.int32, device=device, out=order)
+    if TILE_ORDER == "index" or n == 0:
+        return order
+    torch.sub(_LONGEST_LIST, lengths, out=keys[:n])  # ascending keys: descending lengths
+    wp.utils.radix_sort_pairs(warp_view(keys), warp_view(values), n)
+    return order
+
+
+_LONGEST_LIST = torch.iinfo(torch.int32).max
+
+
 class _RenderCameras(torch.autograd.Function):
     @staticmethod
     def forward(ctx, means, quats, scales, opacities, sh, background, cams: CameraBatch, sh_degree: int,
@@ -296,13 +322,14 @@ class _RenderCameras(torch.autograd.Function):
         alpha = torch.empty(c, h, w, dtype=dtype, device=device)
         depth = torch.empty(c, h, w, dtype=dtype, device=device) if settings.depth else None
         last = torch.empty(c, h, w, dtype=torch.int32, device=device)
+        order = _tile_order(ranges[:tiles, 1] - ranges[:tiles, 0])
         launch(raster_fwd if settings.depth else raster_fwd_nodepth, [tiles],
-               [ranges, values, *_per_splat((means2d, conics, colors, depths, opacities2d)), background, tiles_x,
+               [ranges, order, values, *_per_splat((means2d, conics, colors, depths, opacities2d)), background, tiles_x,
                 tiles_x * tiles_y, w, h], [rgb, alpha, depth, last], device=wdev, block_dim=kraster.TILE_PIXELS,
                tiled=True)
 
         ctx.save_for_backward(means, quats, scales, opacities, sh, background, means2d, conics, depths, radii,
-                              colors, opacities2d, ranges, values, alpha, last, dirs)
+                              colors, opacities2d, ranges, order, values, alpha, last, dirs)
         # Never keep this function's outputs (or views of them) on ctx but through save_for_backward:
         # an output -> ctx -> output cycle is freed only by the garbage collector, and GPU memory ran out first.
         ctx.cams, ctx.sh_degree, ctx.settings = cams, sh_degree, settings
@@ -314,7 +341,7 @@ class _RenderCameras(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_rgb, grad_alpha, grad_depth, *_):
         (means, quats, scales, opacities, sh, background, means2d, conics, depths, radii, colors, opacities2d, ranges,
-         values, alpha, last, dirs) = ctx.saved_tensors
+         order, values, alpha, last, dirs) = ctx.saved_tensors
         cams = ctx.cams
         dtype, device = means.dtype, means.device
         _, sh_kernel, _, _, _, (raster_bwd, raster_bwd_nodepth) = _kernels(dtype, cams.pinhole_global)
@@ -340,7 +367,7 @@ class _RenderCameras(torch.autograd.Function):
         g_sh = torch.zeros_like(sh)
         wdev = warp_device(device)
         launch(raster_bwd, [c * tiles_x * tiles_y],
-               [ranges, values, *_per_splat((means2d, conics, colors, depths, opacities2d)), background, tiles_x,
+               [ranges, order, values, *_per_splat((means2d, conics, colors, depths, opacities2d)), background, tiles_x,
                 tiles_x * tiles_y, w, h, alpha, last, grad_rgb, grad_alpha, grad_depth, c * n],
                [g_raster], device=wdev, block_dim=kraster.TILE_PIXELS, tiled=True)
         if ctx.sh_degree < 0:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import shared_data_dir
 
+from nurec_usd.ops import camera as camera_ops
 from nurec_usd.ops.camera import CameraBatch, RenderSettings, render_cameras
 from nurec_usd.ops.reference import render_cameras_reference
 
@@ -314,6 +315,36 @@ def test_multi_camera_launch_equals_single_camera_launches():
                           cams.shutter[c:c + 1], W, H)
         alone = render_cameras(*params, one, sh_degree=3)
         torch.testing.assert_close(together.rgb[c], alone.rgb[0], atol=0, rtol=0)
+
+
+def test_tile_order_changes_neither_images_nor_gradients(monkeypatch):
+    """camera.TILE_ORDER only schedules the rasterizer's blocks: longest list first against the tiles'
+    own order, float64 images are identical and gradients differ by the atomics' summation order at most."""
+    dtype = torch.float64
+    cams = make_cameras(dtype)
+
+    def render(tile_order):
+        monkeypatch.setattr(camera_ops, "TILE_ORDER", tile_order)
+        params = [p.requires_grad_(True) for p in make_gaussians(300, dtype, seed=6)]
+        out = render_cameras(*params, cams, sh_degree=3)
+        w = torch.Generator().manual_seed(2)
+        loss = sum((t * torch.randn(t.shape, generator=w, dtype=dtype)).sum() for t in (out.rgb, out.alpha, out.depth))
+        return out, torch.autograd.grad(loss, params)
+
+    base, base_grads = render("index")
+    out, grads = render("list")
+    for name in ("rgb", "alpha", "depth"):
+        torch.testing.assert_close(getattr(out, name), getattr(base, name), atol=0, rtol=0)
+    for a, b in zip(grads, base_grads):
+        torch.testing.assert_close(a, b, atol=1e-14, rtol=1e-12)
+
+
+def test_tile_order_puts_the_longest_lists_first(monkeypatch):
+    lengths = torch.tensor([3, 0, 9, 9, 1, 40, 2], dtype=torch.int32)
+    order = camera_ops._tile_order(lengths)
+    assert order.dtype == torch.int32 and order.tolist() == [5, 2, 3, 0, 6, 4, 1]  # ties in index order
+    monkeypatch.setattr(camera_ops, "TILE_ORDER", "index")
+    assert camera_ops._tile_order(lengths).tolist() == list(range(7))
 
 
 def test_culling_behind_and_outside():
