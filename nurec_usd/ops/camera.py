@@ -11,6 +11,7 @@ generated adjoint of the projection stays as their oracle: ``projection_backward
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -246,8 +247,21 @@ def projection_backward(means, quats, scales, opacities, cams: CameraBatch, sett
 # and a few tiles hold many times the mean: launched last, they run alone at the end of the
 # launch. "list" launches the longest lists first in both passes (the backward's own key, the
 # walk back from each tile's furthest pixel, measured no better), "index" in the tiles' own
-# order; benchmarks compare the two. Images and gradients do not depend on it.
-TILE_ORDER = "list"
+# order. Images and gradients do not depend on it; benchmarks compare the two by setting
+# NUREC_USD_TILE_ORDER in a process's environment.
+TILE_ORDER_ENV = "NUREC_USD_TILE_ORDER"
+TILE_ORDERS = ("list", "index")
+
+
+def tile_order_from_env() -> str:
+    """NUREC_USD_TILE_ORDER's value, "list" when unset; anything else than TILE_ORDERS is refused."""
+    text = os.environ.get(TILE_ORDER_ENV) or "list"
+    if text not in TILE_ORDERS:
+        raise ValueError(f"{TILE_ORDER_ENV}={text!r}: expected one of {', '.join(TILE_ORDERS)}")
+    return text
+
+
+TILE_ORDER = tile_order_from_env()
 
 
 def _tile_order(lengths: torch.Tensor) -> torch.Tensor:
