@@ -254,7 +254,7 @@ TILE_ORDERS = ("list", "index")
 
 
 def tile_order_from_env() -> str:
-    """NUREC_USD_TILE_ORDER's value, "list" when unset; anything else than TILE_ORDERS is refused."""
+    """NUREC_USD_TILE_ORDER's value, "list" when unset; a value not in TILE_ORDERS is refused."""
     text = os.environ.get(TILE_ORDER_ENV) or "list"
     if text not in TILE_ORDERS:
         raise ValueError(f"{TILE_ORDER_ENV}={text!r}: expected one of {', '.join(TILE_ORDERS)}")
@@ -262,6 +262,7 @@ def tile_order_from_env() -> str:
 
 
 TILE_ORDER = tile_order_from_env()
+_LONGEST_LIST = torch.iinfo(torch.int32).max  # the sort key of an empty tile
 
 
 def _tile_order(lengths: torch.Tensor) -> torch.Tensor:
@@ -277,9 +278,6 @@ def _tile_order(lengths: torch.Tensor) -> torch.Tensor:
     torch.sub(_LONGEST_LIST, lengths, out=keys[:n])  # ascending keys: descending lengths
     wp.utils.radix_sort_pairs(warp_view(keys), warp_view(values), n)
     return order
-
-
-_LONGEST_LIST = torch.iinfo(torch.int32).max
 
 
 class _RenderCameras(torch.autograd.Function):
