@@ -107,6 +107,13 @@ def _f(value: Any, spec: str, unit: str = "") -> str:
     return "-" if value is None else f"{format(value, spec)}{unit}"
 
 
+def run_label(run: BenchRun, label: str) -> str:
+    """``label``, with the kernel options the build ran under (its manifest's ``render``) where
+    they are not the defaults: a row timed with ``NUREC_USD_TILE_ORDER=index`` says so."""
+    order = ((run.manifest or {}).get("render") or {}).get("tile_order")
+    return label if order in (None, "list") else f"{label} tile_order={order}"
+
+
 def format_run(run: BenchRun, label: str) -> str:
     """The stage table and the quality of one build, as plain text."""
     if run.manifest is None or run.metrics is None:

@@ -36,6 +36,7 @@ from nurec_usd.bench import (
     format_run,
     results_row,
     run_build,
+    run_label,
 )
 from nurec_usd.export.usd_check import FAILING, StageOpenError, check_stage, is_usd_path
 from nurec_usd.pipeline import BuildError, build, export_run, resolve_device
@@ -349,6 +350,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             label = f"{capture.name} {args.build_preset}" + (f" budget {budget:g} s" if budget is not None else "") + \
                 (" " + " ".join(f"{k}={v}" for k, v in args.set) if args.set else "")
             run = run_build(capture, work / (f"run_budget_{budget:g}" if budget is not None else "run"), options)
+            label = run_label(run, label)
             print(format_run(run, label), flush=True)
             if run.profile:
                 print(run.profile, flush=True)

@@ -299,6 +299,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
     from tqdm import tqdm
 
     from nurec_usd.capture.importers import load_any
+    from nurec_usd.ops import camera as camera_ops
     from nurec_usd.ops.warp_torch import init_warp
     from nurec_usd.train.config import make_config
 
@@ -485,6 +486,7 @@ def build(capture: str | Path, out: str | Path, *, preset: str = "fast", budget_
                 "started_at": started_at, "stage_seconds": {k: round(v, 3) for k, v in stages.items()},
                 "stages": clock.to_list(), "command": sys.argv, "overflowing_steps": result.overflows,
                 "usd_export": export.note or "written",
+                "render": {"tile_order": camera_ops.TILE_ORDER},  # kernel options set by the environment
                 # with config.json, what a batch compares to decide that a run is up to date
                 "build_options": {"format": format, "usdz": usdz, "collision": collision},
             })

@@ -31,6 +31,7 @@ def test_run_directory_holds_everything(tiny_run):
     assert {"train/trainer setup", "train/steps", "train/steps/refinements", "train/steps/read-backs (sync)",
             "eval/sweeps"} <= stages
     assert manifest["usd_export"] == "written"
+    assert manifest["render"] == {"tile_order": "list"}
     digest = hashlib.sha256((SAMPLE / "capture.json").read_bytes()).hexdigest()
     row = next(r for r in manifest["inputs"]["files"] if r["path"] == "capture.json")
     assert row["sha256"] == digest

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from nurec_usd.bench import BenchRun, format_run
+from nurec_usd.bench import BenchRun, format_run, run_label
 from nurec_usd.util.profiling import StageClock, StepProfiler, format_profile
 
 
@@ -61,3 +61,13 @@ def test_bench_table_adds_up_to_the_wall():
     text = format_run(run, "x")
     other = next(t for t in text.splitlines() if t.strip().startswith("other"))
     assert other.split()[-2] == "0.50"  # 9.0 - 1.0 - (0.5 + 2.0 + 5.0)
+
+
+def test_bench_label_names_a_tile_order_other_than_the_default():
+    def run(manifest):
+        return BenchRun(["build"], 0, wall_s=1.0, to_usd_s=1.0, startup_s=0.1, manifest=manifest, metrics={},
+                        profile=None, output="")
+
+    assert run_label(run({"render": {"tile_order": "index"}}), "drive30 fast") == "drive30 fast tile_order=index"
+    assert run_label(run({"render": {"tile_order": "list"}}), "drive30 fast") == "drive30 fast"
+    assert run_label(run(None), "drive30 fast") == "drive30 fast"  # a build that wrote no manifest
