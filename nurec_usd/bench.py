@@ -109,7 +109,7 @@ def _f(value: Any, spec: str, unit: str = "") -> str:
 
 def run_label(run: BenchRun, label: str) -> str:
     """``label``, with the kernel options the build ran under (its manifest's ``render``) where
-    they are not the defaults: a row timed with ``NUREC_USD_TILE_ORDER=index`` says so."""
+    they are not the defaults: a row timed with ``NUREC_CAMERA_TILE_ORDER=index`` says so."""
     order = ((run.manifest or {}).get("render") or {}).get("tile_order")
     return label if order in (None, "list") else f"{label} tile_order={order}"
 

@@ -11,6 +11,8 @@ blocks and launch bounds). Unset variables give the defaults the kernels are tun
   ``--block-warps``).
 - ``NUREC_LIDAR_MIN_BLOCKS``: blocks per SM of the lidar rasterizer's float32 launch bounds, 0 for
   none (default: the kernels' own budgets; ``--min-blocks``).
+- ``NUREC_CAMERA_TILE_ORDER``: the order in which the camera rasterizer's blocks take the tiles,
+  ``list`` (longest list first, the default) or ``index`` (the tiles' own order; ``nurec_usd.ops.camera``).
 """
 
 from __future__ import annotations
@@ -39,3 +41,6 @@ if LIDAR_BLOCK_WARPS not in (1, 2, 4, 8) or LIDAR_BLOCK_WARPS > _TILE_WARPS:
 LIDAR_MIN_BLOCKS = _int("NUREC_LIDAR_MIN_BLOCKS", None)  # None: the kernels' own budgets
 if LIDAR_MIN_BLOCKS is not None and LIDAR_MIN_BLOCKS < 0:
     raise ValueError(f"NUREC_LIDAR_MIN_BLOCKS must be >= 0, got {LIDAR_MIN_BLOCKS}")
+CAMERA_TILE_ORDER = os.environ.get("NUREC_CAMERA_TILE_ORDER") or "list"
+if CAMERA_TILE_ORDER not in ("list", "index"):
+    raise ValueError(f"NUREC_CAMERA_TILE_ORDER must be list or index, got {CAMERA_TILE_ORDER!r}")

@@ -11,7 +11,6 @@ generated adjoint of the projection stays as their oracle: ``projection_backward
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import torch
@@ -24,6 +23,7 @@ from nurec_usd.sensors.se3 import matrix_to_quat
 from warp_kernels import camera_project as kproj
 from warp_kernels import camera_raster as kraster
 from warp_kernels import tile_binning as kbin
+from warp_kernels import tuning
 
 SHUTTERS = {
     "global": kproj.SHUTTER_GLOBAL,
@@ -247,21 +247,9 @@ def projection_backward(means, quats, scales, opacities, cams: CameraBatch, sett
 # and a few tiles hold many times the mean: launched last, they run alone at the end of the
 # launch. "list" launches the longest lists first in both passes (the backward's own key, the
 # walk back from each tile's furthest pixel, measured no better), "index" in the tiles' own
-# order. Images and gradients do not depend on it; benchmarks compare the two by setting
-# NUREC_USD_TILE_ORDER in a process's environment.
-TILE_ORDER_ENV = "NUREC_USD_TILE_ORDER"
-TILE_ORDERS = ("list", "index")
-
-
-def tile_order_from_env() -> str:
-    """NUREC_USD_TILE_ORDER's value, "list" when unset; a value not in TILE_ORDERS is refused."""
-    text = os.environ.get(TILE_ORDER_ENV) or "list"
-    if text not in TILE_ORDERS:
-        raise ValueError(f"{TILE_ORDER_ENV}={text!r}: expected one of {', '.join(TILE_ORDERS)}")
-    return text
-
-
-TILE_ORDER = tile_order_from_env()
+# order. Images and gradients do not depend on it; benchmarks compare the two through
+# NUREC_CAMERA_TILE_ORDER (warp_kernels.tuning).
+TILE_ORDER = tuning.CAMERA_TILE_ORDER
 _LONGEST_LIST = torch.iinfo(torch.int32).max  # the sort key of an empty tile
 
 

@@ -339,16 +339,6 @@ def test_tile_order_changes_neither_images_nor_gradients(monkeypatch):
         torch.testing.assert_close(a, b, atol=1e-14, rtol=1e-12)
 
 
-def test_tile_order_comes_from_the_environment(monkeypatch):
-    monkeypatch.delenv(camera_ops.TILE_ORDER_ENV, raising=False)
-    assert camera_ops.tile_order_from_env() == "list"
-    monkeypatch.setenv(camera_ops.TILE_ORDER_ENV, "index")
-    assert camera_ops.tile_order_from_env() == "index"
-    monkeypatch.setenv(camera_ops.TILE_ORDER_ENV, "longest")
-    with pytest.raises(ValueError, match="NUREC_USD_TILE_ORDER='longest': expected one of list, index"):
-        camera_ops.tile_order_from_env()
-
-
 def test_tile_order_puts_the_longest_lists_first(monkeypatch):
     lengths = torch.tensor([3, 0, 9, 9, 1, 40, 2], dtype=torch.int32)
     order = camera_ops._tile_order(lengths)

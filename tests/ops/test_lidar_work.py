@@ -85,22 +85,25 @@ def test_ray_masks_never_miss_a_hit(band_rows, columns, size, near, far, exact):
     ({"NUREC_LIDAR_TILE_RAYS": "64", "NUREC_LIDAR_BLOCK_WARPS": "4"},
      "NUREC_LIDAR_BLOCK_WARPS must be 1, 2, 4 or 8 and at most 2, got 4"),
     ({"NUREC_LIDAR_MIN_BLOCKS": "-1"}, "NUREC_LIDAR_MIN_BLOCKS must be >= 0, got -1"),
+    ({"NUREC_CAMERA_TILE_ORDER": "longest"}, "NUREC_CAMERA_TILE_ORDER must be list or index, got 'longest'"),
 ])
 def test_a_bad_tuning_variable_is_refused_at_import(env, words):
     import subprocess
     import sys
 
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("NUREC_LIDAR_")}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("NUREC_LIDAR_", "NUREC_CAMERA_"))}
     r = subprocess.run([sys.executable, "-c", "import warp_kernels.tuning"], capture_output=True, text=True,
                        env={**clean, **env}, timeout=120, cwd=REPO)
     assert r.returncode != 0 and words in r.stderr, r.stderr
 
 
 def test_the_tuning_defaults_are_the_kernels_sizes():
+    from nurec_usd.ops import camera
     from warp_kernels import lidar_binning, lidar_raster, tuning
 
-    if any(k.startswith("NUREC_LIDAR_") for k in os.environ):
+    if any(k.startswith(("NUREC_LIDAR_", "NUREC_CAMERA_")) for k in os.environ):
         pytest.skip("a tuning variable is set")
+    assert camera.TILE_ORDER == tuning.CAMERA_TILE_ORDER == "list"
     assert lidar_binning.TILE_RAYS == tuning.LIDAR_TILE_RAYS == 128
     assert lidar_raster.BLOCK_WARPS == 4 and lidar_raster.SPLIT == 1
     assert lidar_raster.LAUNCH_BOUNDS_WALK_F32 == (128, 9) and lidar_raster.LAUNCH_BOUNDS_BACKWARD_F32 == (128, 8)
