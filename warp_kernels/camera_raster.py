@@ -80,8 +80,8 @@ def make_raster_kernels(float_t, warp_sum, warp_sum2, warp_sum8, launch_bounds=N
     in shared memory (cooperative gathers by index), then every pixel walks the batch from
     there: global-memory latency is paid once per batch instead of once per Gaussian.
     Per-(camera, Gaussian) arrays are flat, indexed by ``camera * N + gaussian``.
-    Block b renders tile ``tile_order[b]``: launching the longest lists first keeps a few heavy
-    tiles from running alone at the end of the launch (``TILE_ORDER`` in nurec_usd.ops.camera).
+    Block b renders tile ``tile_order[b]``, so that the caller chooses which tiles start first
+    (longest lists first: ``TILE_ORDER`` in nurec_usd.ops.camera).
     """
     module = variant_module(__name__, float_t)  # float64 kernels compile apart (warp_kernels.modules)
     vec2 = wp.types.vector(2, float_t)

@@ -244,11 +244,11 @@ def projection_backward(means, quats, scales, opacities, cams: CameraBatch, sett
 
 
 # The order in which the rasterizer's blocks take the tiles. A tile's time grows with its list,
-# and a few tiles hold many times the mean: launched last, they run alone at the end of the
-# launch. "list" launches the longest lists first in both passes (the backward's own key, the
-# walk back from each tile's furthest pixel, measured no better), "index" in the tiles' own
-# order. Images and gradients do not depend on it; benchmarks compare the two through
-# NUREC_CAMERA_TILE_ORDER (warp_kernels.tuning).
+# and a few tiles hold many times the mean. "list" launches the longest lists first in both
+# passes (on a drive30 step, benchmarks/RESULTS.md: the backward 16% and the forward 11% faster
+# than "index"; the backward keyed by its own walk, from each tile's furthest pixel, no better),
+# "index" in the tiles' own order. Images and gradients do not depend on it; benchmarks compare
+# the two through NUREC_CAMERA_TILE_ORDER (warp_kernels.tuning).
 TILE_ORDER = tuning.CAMERA_TILE_ORDER
 _LONGEST_LIST = torch.iinfo(torch.int32).max  # the sort key of an empty tile
 
